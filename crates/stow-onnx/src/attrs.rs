@@ -1,0 +1,106 @@
+//! Operator attributes recorded in the bundle: structured values for the op
+//! families Stowage knows, plus tract's own description of every op.
+
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops;
+use tract_onnx::tract_core::ops::change_axes::AxisOp;
+use tract_onnx::tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+
+/// A typed attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attr {
+    /// One integer.
+    Int(i64),
+    /// Integers.
+    Ints(Vec<i64>),
+    /// One float.
+    Float(f32),
+    /// Text.
+    Text(String),
+}
+
+fn ints(v: impl IntoIterator<Item = usize>) -> Attr {
+    Attr::Ints(v.into_iter().map(|x| x as i64).collect())
+}
+
+fn pool_attrs(out: &mut Vec<(String, Attr)>, spec: &PoolSpec) {
+    out.push(("data_format".into(), Attr::Text(format!("{:?}", spec.data_format))));
+    out.push(("kernel_shape".into(), ints(spec.kernel_shape.iter().copied())));
+    let rank = spec.kernel_shape.len();
+    out.push(("strides".into(), ints(spec.strides.clone().unwrap_or_else(|| tvec![1; rank]))));
+    out.push(("dilations".into(), ints(spec.dilations.clone().unwrap_or_else(|| tvec![1; rank]))));
+    let padding = match &spec.padding {
+        PaddingSpec::Explicit(b, a) | PaddingSpec::ExplicitOnnxPool(b, a, _) => {
+            out.push(("pads_before".into(), ints(b.iter().copied())));
+            out.push(("pads_after".into(), ints(a.iter().copied())));
+            if let PaddingSpec::ExplicitOnnxPool(_, _, ceil) = &spec.padding {
+                out.push(("ceil_mode".into(), Attr::Int(*ceil as i64)));
+            }
+            "explicit"
+        }
+        PaddingSpec::Valid => "valid",
+        PaddingSpec::SameUpper => "same_upper",
+        PaddingSpec::SameLower => "same_lower",
+    };
+    out.push(("padding".into(), Attr::Text(padding.into())));
+    out.push(("input_channels".into(), Attr::Int(spec.input_channels as i64)));
+    out.push(("output_channels".into(), Attr::Int(spec.output_channels as i64)));
+}
+
+/// Attributes of `op`, sorted by name.
+pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
+    let mut out: Vec<(String, Attr)> = Vec::new();
+    let any = op.as_op();
+    if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
+        pool_attrs(&mut out, &conv.pool_spec);
+        out.push(("group".into(), Attr::Int(conv.group as i64)));
+        out.push(("kernel_format".into(), Attr::Text(format!("{:?}", conv.kernel_fmt))));
+    } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
+        pool_attrs(&mut out, &pool.pool_spec);
+    } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
+        pool_attrs(&mut out, &pool.pool_spec);
+        out.push(("count_include_pad".into(), Attr::Int(pool.count_include_pad as i64)));
+        out.push(("normalize".into(), Attr::Int(pool.normalize as i64)));
+    } else if let Some(einsum) = any.downcast_ref::<ops::einsum::EinSum>() {
+        out.push(("expr".into(), Attr::Text(einsum.axes.to_string())));
+    } else if let Some(concat) = any.downcast_ref::<ops::array::TypedConcat>() {
+        out.push(("axis".into(), Attr::Int(concat.axis as i64)));
+    } else if let Some(reduce) = any.downcast_ref::<ops::nn::Reduce>() {
+        out.push(("axes".into(), ints(reduce.axes.iter().copied())));
+        out.push(("reducer".into(), Attr::Text(format!("{:?}", reduce.reducer))));
+    } else if let Some(softmax) = any.downcast_ref::<ops::nn::Softmax>() {
+        out.push(("axes".into(), ints(softmax.axes.iter().copied())));
+        out.push(("kind".into(), Attr::Text(format!("{:?}", softmax.kind))));
+    } else if let Some(axis) = any.downcast_ref::<AxisOp>() {
+        match axis {
+            AxisOp::Add(a) => out.push(("add".into(), Attr::Int(*a as i64))),
+            AxisOp::Rm(a) => out.push(("rm".into(), Attr::Int(*a as i64))),
+            AxisOp::Move(from, to) => out.push(("move".into(), ints([*from, *to]))),
+            AxisOp::Reshape(at, from, to) => {
+                out.push(("reshape_at".into(), Attr::Int(*at as i64)));
+                out.push(("reshape_from".into(), Attr::Text(format!("{from:?}"))));
+                out.push(("reshape_to".into(), Attr::Text(format!("{to:?}"))));
+            }
+        }
+    } else if let Some(pad) = any.downcast_ref::<ops::array::Pad>() {
+        out.push(("pads".into(), ints(pad.pads.iter().flat_map(|(b, a)| [*b, *a]))));
+        out.push(("mode".into(), Attr::Text(format!("{:?}", pad.mode))));
+    } else if let Some(slice) = any.downcast_ref::<ops::array::Slice>() {
+        out.push(("axis".into(), Attr::Int(slice.axis as i64)));
+        out.push(("start".into(), Attr::Text(slice.start.to_string())));
+        out.push(("end".into(), Attr::Text(slice.end.to_string())));
+    } else if let Some(gather) = any.downcast_ref::<ops::array::Gather>() {
+        out.push(("axis".into(), Attr::Int(gather.axis as i64)));
+    } else if let Some(bin) = any.downcast_ref::<ops::binary::TypedBinOp>() {
+        out.push(("mini_op".into(), Attr::Text(bin.0.name().to_string())));
+    } else if let Some(ew) = any.downcast_ref::<ops::element_wise::ElementWiseOp>() {
+        out.push(("mini_op".into(), Attr::Text(ew.0.name().to_string())));
+    }
+    let info = op.info().unwrap_or_default();
+    if !info.is_empty() {
+        out.push(("tract.info".into(), Attr::Text(info.join("; "))));
+    }
+    out.push(("tract.debug".into(), Attr::Text(format!("{op:?}"))));
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}

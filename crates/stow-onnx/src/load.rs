@@ -1,0 +1,136 @@
+use crate::error::{contain, OnnxError, Stage};
+use crate::graph::{analyse, ModelGraph};
+use crate::shapes::InputShape;
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_hir::infer::Factoid;
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Shapes that replace the model's own for the named inputs.
+    pub inputs: Vec<InputShape>,
+    /// Values for symbolic dimensions, by symbol name.
+    pub dims: Vec<(String, i64)>,
+}
+
+/// Loads `path`, fixes its input shapes, declutters it and records every
+/// tensor and operator in execution order.
+pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io { path: path.to_path_buf(), source })?;
+    let proto = tract_onnx::pb::ModelProto::decode(&bytes[..])
+        .map_err(|e| OnnxError::NotOnnx { path: path.to_path_buf(), reason: e.to_string() })?;
+    drop(bytes);
+    if proto.graph.is_none() {
+        return Err(OnnxError::NotOnnx { path: path.to_path_buf(), reason: "no graph in the file".into() });
+    }
+    let model_dir = path.parent().and_then(|d| d.to_str()).map(|d| if d.is_empty() { "." } else { d });
+    let model = contain(Stage::Parse, || {
+        let parsed = tract_onnx::onnx().parse(&proto, model_dir).map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+        if !parsed.unresolved_inputs.is_empty() {
+            return Err(OnnxError::Tract {
+                stage: Stage::Parse,
+                node: None,
+                message: format!("values used but never defined: {}", parsed.unresolved_inputs.join(", ")),
+            });
+        }
+        Ok(parsed.model)
+    })?;
+    drop(proto);
+    reject_unimplemented(&model)?;
+    let model = fix_inputs(model, options)?;
+    let typed = contain(Stage::ShapeInference, || {
+        model.into_typed().map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
+    })?;
+    let decluttered = contain(Stage::Declutter, || {
+        typed.into_decluttered().map_err(|e| OnnxError::tract(Stage::Declutter, e))
+    })?;
+    contain(Stage::Analysis, || analyse(decluttered))
+}
+
+fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {
+    let nodes: Vec<(String, String)> = model
+        .nodes()
+        .iter()
+        .filter_map(|n| {
+            let name = n.op.name();
+            let inner = name.strip_prefix("Unimplemented(")?.strip_suffix(')')?;
+            Some((n.name.clone(), inner.to_string()))
+        })
+        .collect();
+    if nodes.is_empty() {
+        Ok(())
+    } else {
+        Err(OnnxError::UnsupportedOps { nodes })
+    }
+}
+
+/// Replaces every input fact with a concrete type and shape, from
+/// `--input`, from the model with `--dim` values substituted, or fails
+/// naming the input and the symbol left open.
+fn fix_inputs(mut model: InferenceModel, options: &LoadOptions) -> Result<InferenceModel, OnnxError> {
+    let input_names: Vec<String> = model
+        .input_outlets()
+        .map_err(|e| OnnxError::tract(Stage::Parse, e))?
+        .iter()
+        .map(|o| model.node(o.node).name.clone())
+        .collect();
+    for given in &options.inputs {
+        if !input_names.contains(&given.name) {
+            return Err(OnnxError::BadArgument(format!(
+                "--input `{}`: the model has no input of that name (inputs: {})",
+                given.name,
+                input_names.join(", ")
+            )));
+        }
+    }
+    let mut values = SymbolValues::default();
+    let mut unused_dims: BTreeSet<&str> = options.dims.iter().map(|(s, _)| s.as_str()).collect();
+    let by_name: BTreeMap<&str, i64> = options.dims.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    for (symbol, value) in &options.dims {
+        values.set(&model.symbols.sym(symbol), *value);
+    }
+    for (ix, name) in input_names.iter().enumerate() {
+        let fact = model.input_fact(ix).map_err(|e| OnnxError::tract(Stage::Parse, e))?.clone();
+        let dt = fact.datum_type.concretize().unwrap_or(DatumType::F32);
+        let dims: Vec<usize> = if let Some(given) = options.inputs.iter().find(|g| &g.name == name) {
+            given.dims.clone()
+        } else {
+            let shape = fact.shape.concretize().ok_or_else(|| {
+                OnnxError::BadArgument(format!(
+                    "input `{name}` has no known shape; give it with `--input {name}=1x3x224x224`"
+                ))
+            })?;
+            let mut dims = Vec::with_capacity(shape.len());
+            for d in shape.iter() {
+                for sym in d.symbols() {
+                    let sym_name = sym.to_string();
+                    if by_name.contains_key(sym_name.as_str()) {
+                        unused_dims.remove(sym_name.as_str());
+                    } else {
+                        return Err(OnnxError::UnresolvedSymbol { input: name.clone(), symbol: sym_name });
+                    }
+                }
+                let v = d.eval(&values).to_i64().map_err(|_| {
+                    OnnxError::BadArgument(format!("input `{name}`: dimension `{d}` cannot be evaluated"))
+                })?;
+                let v = usize::try_from(v).map_err(|_| {
+                    OnnxError::BadArgument(format!("input `{name}`: dimension `{d}` evaluates to {v}"))
+                })?;
+                dims.push(v);
+            }
+            dims
+        };
+        model
+            .set_input_fact(ix, InferenceFact::dt_shape(dt, dims))
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+    }
+    if let Some(sym) = unused_dims.into_iter().next() {
+        return Err(OnnxError::BadArgument(format!(
+            "--dim `{sym}`: no input of the model uses a symbol of that name"
+        )));
+    }
+    Ok(model)
+}
