@@ -24,11 +24,23 @@ fn ints(v: impl IntoIterator<Item = usize>) -> Attr {
 }
 
 fn pool_attrs(out: &mut Vec<(String, Attr)>, spec: &PoolSpec) {
-    out.push(("data_format".into(), Attr::Text(format!("{:?}", spec.data_format))));
-    out.push(("kernel_shape".into(), ints(spec.kernel_shape.iter().copied())));
+    out.push((
+        "data_format".into(),
+        Attr::Text(format!("{:?}", spec.data_format)),
+    ));
+    out.push((
+        "kernel_shape".into(),
+        ints(spec.kernel_shape.iter().copied()),
+    ));
     let rank = spec.kernel_shape.len();
-    out.push(("strides".into(), ints(spec.strides.clone().unwrap_or_else(|| tvec![1; rank]))));
-    out.push(("dilations".into(), ints(spec.dilations.clone().unwrap_or_else(|| tvec![1; rank]))));
+    out.push((
+        "strides".into(),
+        ints(spec.strides.clone().unwrap_or_else(|| tvec![1; rank])),
+    ));
+    out.push((
+        "dilations".into(),
+        ints(spec.dilations.clone().unwrap_or_else(|| tvec![1; rank])),
+    ));
     let padding = match &spec.padding {
         PaddingSpec::Explicit(b, a) | PaddingSpec::ExplicitOnnxPool(b, a, _) => {
             out.push(("pads_before".into(), ints(b.iter().copied())));
@@ -43,8 +55,14 @@ fn pool_attrs(out: &mut Vec<(String, Attr)>, spec: &PoolSpec) {
         PaddingSpec::SameLower => "same_lower",
     };
     out.push(("padding".into(), Attr::Text(padding.into())));
-    out.push(("input_channels".into(), Attr::Int(spec.input_channels as i64)));
-    out.push(("output_channels".into(), Attr::Int(spec.output_channels as i64)));
+    out.push((
+        "input_channels".into(),
+        Attr::Int(spec.input_channels as i64),
+    ));
+    out.push((
+        "output_channels".into(),
+        Attr::Int(spec.output_channels as i64),
+    ));
 }
 
 /// Attributes of `op`, sorted by name.
@@ -54,12 +72,18 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
     if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
         pool_attrs(&mut out, &conv.pool_spec);
         out.push(("group".into(), Attr::Int(conv.group as i64)));
-        out.push(("kernel_format".into(), Attr::Text(format!("{:?}", conv.kernel_fmt))));
+        out.push((
+            "kernel_format".into(),
+            Attr::Text(format!("{:?}", conv.kernel_fmt)),
+        ));
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
         pool_attrs(&mut out, &pool.pool_spec);
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
         pool_attrs(&mut out, &pool.pool_spec);
-        out.push(("count_include_pad".into(), Attr::Int(pool.count_include_pad as i64)));
+        out.push((
+            "count_include_pad".into(),
+            Attr::Int(pool.count_include_pad as i64),
+        ));
         out.push(("normalize".into(), Attr::Int(pool.normalize as i64)));
     } else if let Some(einsum) = any.downcast_ref::<ops::einsum::EinSum>() {
         out.push(("expr".into(), Attr::Text(einsum.axes.to_string())));
@@ -67,7 +91,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("axis".into(), Attr::Int(concat.axis as i64)));
     } else if let Some(reduce) = any.downcast_ref::<ops::nn::Reduce>() {
         out.push(("axes".into(), ints(reduce.axes.iter().copied())));
-        out.push(("reducer".into(), Attr::Text(format!("{:?}", reduce.reducer))));
+        out.push((
+            "reducer".into(),
+            Attr::Text(format!("{:?}", reduce.reducer)),
+        ));
     } else if let Some(softmax) = any.downcast_ref::<ops::nn::Softmax>() {
         out.push(("axes".into(), ints(softmax.axes.iter().copied())));
         out.push(("kind".into(), Attr::Text(format!("{:?}", softmax.kind))));
@@ -83,7 +110,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
             }
         }
     } else if let Some(pad) = any.downcast_ref::<ops::array::Pad>() {
-        out.push(("pads".into(), ints(pad.pads.iter().flat_map(|(b, a)| [*b, *a]))));
+        out.push((
+            "pads".into(),
+            ints(pad.pads.iter().flat_map(|(b, a)| [*b, *a])),
+        ));
         out.push(("mode".into(), Attr::Text(format!("{:?}", pad.mode))));
     } else if let Some(slice) = any.downcast_ref::<ops::array::Slice>() {
         out.push(("axis".into(), Attr::Int(slice.axis as i64)));

@@ -107,7 +107,11 @@ pub enum OnnxError {
 impl OnnxError {
     pub(crate) fn tract(stage: Stage, err: impl std::fmt::Display) -> Self {
         let message = format!("{err:#}");
-        OnnxError::Tract { stage, node: node_in_message(&message), message }
+        OnnxError::Tract {
+            stage,
+            node: node_in_message(&message),
+            message,
+        }
     }
 }
 
@@ -120,7 +124,10 @@ fn node_in_message(message: &str) -> Option<String> {
 }
 
 /// Runs `f`, turning a panic inside tract into an error naming the stage.
-pub(crate) fn contain<T>(stage: Stage, f: impl FnOnce() -> Result<T, OnnxError>) -> Result<T, OnnxError> {
+pub(crate) fn contain<T>(
+    stage: Stage,
+    f: impl FnOnce() -> Result<T, OnnxError>,
+) -> Result<T, OnnxError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => {

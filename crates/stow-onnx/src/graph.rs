@@ -90,6 +90,16 @@ impl ModelGraph {
         self.weights.get(tensor)?.as_ref().map(|t| t.as_bytes())
     }
 
+    /// A weight's value as tract holds it.
+    pub fn weight_tensor(&self, tensor: usize) -> Option<Tensor> {
+        self.weights.get(tensor)?.as_ref().map(|t| (**t).clone())
+    }
+
+    /// The step that writes `tensor`, or `None` for inputs and weights.
+    pub fn producer_step(&self, tensor: usize) -> Option<usize> {
+        self.ops.iter().position(|op| op.outputs.contains(&tensor))
+    }
+
     /// The decluttered tract model the graph was read from.
     pub fn typed_model(&self) -> &TypedModel {
         &self.model
@@ -97,7 +107,11 @@ impl ModelGraph {
 
     /// Total bytes of all weights.
     pub fn weight_total(&self) -> u64 {
-        self.tensors.iter().filter(|t| t.role == TensorRole::Weight).map(|t| t.bytes).sum()
+        self.tensors
+            .iter()
+            .filter(|t| t.role == TensorRole::Weight)
+            .map(|t| t.bytes)
+            .sum()
     }
 
     /// The planning problem for the arena tensors, with offsets aligned to
@@ -144,7 +158,13 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
         let mut name = model
             .outlet_label(outlet)
             .map(|s| s.to_string())
-            .unwrap_or_else(|| if outlet.slot == 0 { node.name.clone() } else { format!("{}:{}", node.name, outlet.slot) });
+            .unwrap_or_else(|| {
+                if outlet.slot == 0 {
+                    node.name.clone()
+                } else {
+                    format!("{}:{}", node.name, outlet.slot)
+                }
+            });
         if used_names.contains(&name) {
             let base = name.clone();
             let mut k = 1;
@@ -155,19 +175,27 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
         }
         used_names.insert(name.clone());
         let fact = model.outlet_fact(outlet).map_err(tract_err)?;
-        let (dtype, elem) = element_type(fact.datum_type)
-            .ok_or_else(|| OnnxError::UnsupportedType { tensor: name.clone(), dtype: format!("{:?}", fact.datum_type) })?;
+        let (dtype, elem) =
+            element_type(fact.datum_type).ok_or_else(|| OnnxError::UnsupportedType {
+                tensor: name.clone(),
+                dtype: format!("{:?}", fact.datum_type),
+            })?;
         let shape: Vec<u64> = match (&value, fact.shape.as_concrete()) {
             (Some(v), _) => v.shape().iter().map(|&d| d as u64).collect(),
             (None, Some(s)) => s.iter().map(|&d| d as u64).collect(),
             (None, None) => {
-                return Err(OnnxError::SymbolicShape { tensor: name, shape: format!("{:?}", fact.shape) })
+                return Err(OnnxError::SymbolicShape {
+                    tensor: name,
+                    shape: format!("{:?}", fact.shape),
+                })
             }
         };
         let bytes = shape
             .iter()
             .try_fold(elem, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| OnnxError::Overflow { tensor: name.clone() })?;
+            .ok_or_else(|| OnnxError::Overflow {
+                tensor: name.clone(),
+            })?;
         let id = tensors.len();
         tensors.push(TensorInfo {
             name,
@@ -193,13 +221,27 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
                 value
             };
             let outlet = OutletId::new(node_id, 0);
-            let id = add_tensor(outlet, TensorRole::Weight, 0, &mut tensors, &mut weights, Some(value))?;
+            let id = add_tensor(
+                outlet,
+                TensorRole::Weight,
+                0,
+                &mut tensors,
+                &mut weights,
+                Some(value),
+            )?;
             tensor_of.insert(outlet, id);
             continue;
         }
         if node.op_is::<TypedSource>() {
             let outlet = OutletId::new(node_id, 0);
-            let id = add_tensor(outlet, TensorRole::Input, 0, &mut tensors, &mut weights, None)?;
+            let id = add_tensor(
+                outlet,
+                TensorRole::Input,
+                0,
+                &mut tensors,
+                &mut weights,
+                None,
+            )?;
             tensor_of.insert(outlet, id);
             continue;
         }
@@ -218,7 +260,11 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
         let mut outputs = Vec::with_capacity(node.outputs.len());
         for slot in 0..node.outputs.len() {
             let outlet = OutletId::new(node_id, slot);
-            let role = if is_output.contains(&outlet) { TensorRole::Output } else { TensorRole::Activation };
+            let role = if is_output.contains(&outlet) {
+                TensorRole::Output
+            } else {
+                TensorRole::Activation
+            };
             let id = add_tensor(outlet, role, step, &mut tensors, &mut weights, None)?;
             tensor_of.insert(outlet, id);
             outputs.push(id);
@@ -240,8 +286,14 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
             message: "graph input or output is not part of the execution order".into(),
         })
     };
-    let inputs = input_outlets.iter().map(lookup).collect::<Result<Vec<_>, _>>()?;
-    let outputs = output_outlets.iter().map(lookup).collect::<Result<Vec<_>, _>>()?;
+    let inputs = input_outlets
+        .iter()
+        .map(lookup)
+        .collect::<Result<Vec<_>, _>>()?;
+    let outputs = output_outlets
+        .iter()
+        .map(lookup)
+        .collect::<Result<Vec<_>, _>>()?;
     for &id in &outputs {
         if tensors[id].role.in_arena() {
             tensors[id].last_step = last;
@@ -251,5 +303,12 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
         tensors[id].first_step = 0;
     }
     debug_assert!(is_input.len() == inputs.len());
-    Ok(ModelGraph { tensors, ops, inputs, outputs, weights, model })
+    Ok(ModelGraph {
+        tensors,
+        ops,
+        inputs,
+        outputs,
+        weights,
+        model,
+    })
 }

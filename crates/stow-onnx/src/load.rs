@@ -19,21 +19,37 @@ pub struct LoadOptions {
 /// Loads `path`, fixes its input shapes, declutters it and records every
 /// tensor and operator in execution order.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io { path: path.to_path_buf(), source })?;
-    let proto = tract_onnx::pb::ModelProto::decode(&bytes[..])
-        .map_err(|e| OnnxError::NotOnnx { path: path.to_path_buf(), reason: e.to_string() })?;
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let proto = tract_onnx::pb::ModelProto::decode(&bytes[..]).map_err(|e| OnnxError::NotOnnx {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     drop(bytes);
     if proto.graph.is_none() {
-        return Err(OnnxError::NotOnnx { path: path.to_path_buf(), reason: "no graph in the file".into() });
+        return Err(OnnxError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: "no graph in the file".into(),
+        });
     }
-    let model_dir = path.parent().and_then(|d| d.to_str()).map(|d| if d.is_empty() { "." } else { d });
+    let model_dir = path
+        .parent()
+        .and_then(|d| d.to_str())
+        .map(|d| if d.is_empty() { "." } else { d });
     let model = contain(Stage::Parse, || {
-        let parsed = tract_onnx::onnx().parse(&proto, model_dir).map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+        let parsed = tract_onnx::onnx()
+            .parse(&proto, model_dir)
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
         if !parsed.unresolved_inputs.is_empty() {
             return Err(OnnxError::Tract {
                 stage: Stage::Parse,
                 node: None,
-                message: format!("values used but never defined: {}", parsed.unresolved_inputs.join(", ")),
+                message: format!(
+                    "values used but never defined: {}",
+                    parsed.unresolved_inputs.join(", ")
+                ),
             });
         }
         Ok(parsed.model)
@@ -42,10 +58,14 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
     reject_unimplemented(&model)?;
     let model = fix_inputs(model, options)?;
     let typed = contain(Stage::ShapeInference, || {
-        model.into_typed().map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
+        model
+            .into_typed()
+            .map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
     })?;
     let decluttered = contain(Stage::Declutter, || {
-        typed.into_decluttered().map_err(|e| OnnxError::tract(Stage::Declutter, e))
+        typed
+            .into_decluttered()
+            .map_err(|e| OnnxError::tract(Stage::Declutter, e))
     })?;
     contain(Stage::Analysis, || analyse(decluttered))
 }
@@ -70,7 +90,10 @@ fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {
 /// Replaces every input fact with a concrete type and shape, from
 /// `--input`, from the model with `--dim` values substituted, or fails
 /// naming the input and the symbol left open.
-fn fix_inputs(mut model: InferenceModel, options: &LoadOptions) -> Result<InferenceModel, OnnxError> {
+fn fix_inputs(
+    mut model: InferenceModel,
+    options: &LoadOptions,
+) -> Result<InferenceModel, OnnxError> {
     let input_names: Vec<String> = model
         .input_outlets()
         .map_err(|e| OnnxError::tract(Stage::Parse, e))?
@@ -93,9 +116,13 @@ fn fix_inputs(mut model: InferenceModel, options: &LoadOptions) -> Result<Infere
         values.set(&model.symbols.sym(symbol), *value);
     }
     for (ix, name) in input_names.iter().enumerate() {
-        let fact = model.input_fact(ix).map_err(|e| OnnxError::tract(Stage::Parse, e))?.clone();
+        let fact = model
+            .input_fact(ix)
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?
+            .clone();
         let dt = fact.datum_type.concretize().unwrap_or(DatumType::F32);
-        let dims: Vec<usize> = if let Some(given) = options.inputs.iter().find(|g| &g.name == name) {
+        let dims: Vec<usize> = if let Some(given) = options.inputs.iter().find(|g| &g.name == name)
+        {
             given.dims.clone()
         } else {
             let shape = fact.shape.concretize().ok_or_else(|| {
@@ -110,14 +137,21 @@ fn fix_inputs(mut model: InferenceModel, options: &LoadOptions) -> Result<Infere
                     if by_name.contains_key(sym_name.as_str()) {
                         unused_dims.remove(sym_name.as_str());
                     } else {
-                        return Err(OnnxError::UnresolvedSymbol { input: name.clone(), symbol: sym_name });
+                        return Err(OnnxError::UnresolvedSymbol {
+                            input: name.clone(),
+                            symbol: sym_name,
+                        });
                     }
                 }
                 let v = d.eval(&values).to_i64().map_err(|_| {
-                    OnnxError::BadArgument(format!("input `{name}`: dimension `{d}` cannot be evaluated"))
+                    OnnxError::BadArgument(format!(
+                        "input `{name}`: dimension `{d}` cannot be evaluated"
+                    ))
                 })?;
                 let v = usize::try_from(v).map_err(|_| {
-                    OnnxError::BadArgument(format!("input `{name}`: dimension `{d}` evaluates to {v}"))
+                    OnnxError::BadArgument(format!(
+                        "input `{name}`: dimension `{d}` evaluates to {v}"
+                    ))
                 })?;
                 dims.push(v);
             }

@@ -11,26 +11,44 @@ pub struct InputShape {
 
 /// Parses `NAME=1x3x224x224` (also accepts `,` between dimensions).
 pub fn parse_input_arg(arg: &str) -> Result<InputShape, OnnxError> {
-    let bad = |why: &str| OnnxError::BadArgument(format!("--input `{arg}`: {why} (expected NAME=1x3x224x224)"));
+    let bad = |why: &str| {
+        OnnxError::BadArgument(format!(
+            "--input `{arg}`: {why} (expected NAME=1x3x224x224)"
+        ))
+    };
     let (name, dims) = arg.rsplit_once('=').ok_or_else(|| bad("missing `=`"))?;
     if name.is_empty() {
         return Err(bad("empty input name"));
     }
     let dims = dims
         .split(['x', ','])
-        .map(|d| d.trim().parse::<usize>().map_err(|_| bad(&format!("`{d}` is not a dimension"))))
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|_| bad(&format!("`{d}` is not a dimension")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(InputShape { name: name.to_string(), dims })
+    Ok(InputShape {
+        name: name.to_string(),
+        dims,
+    })
 }
 
 /// Parses `SYMBOL=VALUE`.
 pub fn parse_dim_arg(arg: &str) -> Result<(String, i64), OnnxError> {
-    let bad = |why: &str| OnnxError::BadArgument(format!("--dim `{arg}`: {why} (expected SYMBOL=VALUE, e.g. N=1)"));
+    let bad = |why: &str| {
+        OnnxError::BadArgument(format!(
+            "--dim `{arg}`: {why} (expected SYMBOL=VALUE, e.g. N=1)"
+        ))
+    };
     let (sym, value) = arg.split_once('=').ok_or_else(|| bad("missing `=`"))?;
     if sym.is_empty() {
         return Err(bad("empty symbol"));
     }
-    let value: i64 = value.trim().parse().map_err(|_| bad("value is not an integer"))?;
+    let value: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| bad("value is not an integer"))?;
     if value <= 0 {
         return Err(bad("value must be positive"));
     }

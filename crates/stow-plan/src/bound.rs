@@ -40,11 +40,17 @@ fn greedy_clique(problem: &Problem) -> u64 {
         let mut candidates: Vec<usize> = adj[seed].iter().map(|b| b.index()).collect();
         candidates.sort_by_key(|&c| std::cmp::Reverse(size(c)));
         for c in candidates {
-            if clique.iter().all(|&m| adj[m].binary_search(&crate::BufferId(c as u32)).is_ok()) {
+            if clique
+                .iter()
+                .all(|&m| adj[m].binary_search(&crate::BufferId(c as u32)).is_ok())
+            {
                 clique.push(c);
             }
         }
-        let total = clique.iter().map(|&m| size(m)).fold(0u64, u64::saturating_add);
+        let total = clique
+            .iter()
+            .map(|&m| size(m))
+            .fold(0u64, u64::saturating_add);
         best = best.max(total);
     }
     best

@@ -64,13 +64,25 @@ impl fmt::Display for Violation {
                 write!(f, "plan has {found} offsets for {expected} buffers")
             }
             Violation::Misaligned { id, offset, align } => {
-                write!(f, "buffer {}: offset {offset} is not a multiple of {align}", id.0)
+                write!(
+                    f,
+                    "buffer {}: offset {offset} is not a multiple of {align}",
+                    id.0
+                )
             }
             Violation::Unpinned { id, pinned, offset } => {
-                write!(f, "buffer {}: pinned at {pinned} but placed at {offset}", id.0)
+                write!(
+                    f,
+                    "buffer {}: pinned at {pinned} but placed at {offset}",
+                    id.0
+                )
             }
             Violation::OutOfArena { id, end, arena } => {
-                write!(f, "buffer {}: ends at {end}, past the arena of {arena} bytes", id.0)
+                write!(
+                    f,
+                    "buffer {}: ends at {end}, past the arena of {arena} bytes",
+                    id.0
+                )
             }
             Violation::Overlap { a, b } => {
                 write!(f, "buffers {} and {} conflict but share bytes", a.0, b.0)
@@ -83,13 +95,20 @@ impl fmt::Display for Violation {
 pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
     let n = problem.buffers.len();
     if plan.offsets.len() != n {
-        return Err(vec![Violation::WrongLength { expected: n, found: plan.offsets.len() }]);
+        return Err(vec![Violation::WrongLength {
+            expected: n,
+            found: plan.offsets.len(),
+        }]);
     }
     let mut violations = Vec::new();
     for (i, (b, &offset)) in problem.buffers.iter().zip(&plan.offsets).enumerate() {
         let id = BufferId(i as u32);
         if b.align == 0 || offset % b.align != 0 {
-            violations.push(Violation::Misaligned { id, offset, align: b.align });
+            violations.push(Violation::Misaligned {
+                id,
+                offset,
+                align: b.align,
+            });
         }
         if let Some(pinned) = b.pinned_offset {
             if pinned != offset {
@@ -122,7 +141,10 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
             };
             if conflict {
                 let (a, b) = (i.min(j), i.max(j));
-                violations.push(Violation::Overlap { a: BufferId(a as u32), b: BufferId(b as u32) });
+                violations.push(Violation::Overlap {
+                    a: BufferId(a as u32),
+                    b: BufferId(b as u32),
+                });
             }
         }
         open.push(i);

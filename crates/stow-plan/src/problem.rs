@@ -153,7 +153,11 @@ impl Problem {
             }
             if let Some(offset) = b.pinned_offset {
                 if offset % b.align != 0 {
-                    return Err(ProblemError::MisalignedPin { id, offset, align: b.align });
+                    return Err(ProblemError::MisalignedPin {
+                        id,
+                        offset,
+                        align: b.align,
+                    });
                 }
                 if offset.checked_add(b.size).is_none() {
                     return Err(ProblemError::Overflow { id });

@@ -60,7 +60,10 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { strategy: Strategy::GreedySize, time_limit: Duration::from_secs(1) }
+        PlanOptions {
+            strategy: Strategy::GreedySize,
+            time_limit: Duration::from_secs(1),
+        }
     }
 }
 
@@ -153,8 +156,10 @@ pub fn plan(problem: &Problem, options: &PlanOptions) -> Result<Plan, PlanError>
         optimal: arena_bytes <= bound,
         stats: PlanStats { elapsed },
     };
-    check(problem, &plan)
-        .map_err(|violations| PlanError::Invalid { strategy: options.strategy, violations })?;
+    check(problem, &plan).map_err(|violations| PlanError::Invalid {
+        strategy: options.strategy,
+        violations,
+    })?;
     Ok(plan)
 }
 

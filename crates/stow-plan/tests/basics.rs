@@ -1,13 +1,23 @@
-use stow_plan::{check, lower_bound, plan, Buffer, BufferId, ConflictModel, PlanOptions, Problem, Strategy, Violation};
+use stow_plan::{
+    check, lower_bound, plan, Buffer, BufferId, ConflictModel, PlanOptions, Problem, Strategy,
+    Violation,
+};
 
 fn opts(strategy: Strategy) -> PlanOptions {
-    PlanOptions { strategy, ..Default::default() }
+    PlanOptions {
+        strategy,
+        ..Default::default()
+    }
 }
 
 /// A chain a→b→c where each buffer lives two steps: b overlaps both, a and c may share.
 fn chain() -> Problem {
     Problem {
-        buffers: vec![Buffer::new(100, 0, 2, 64), Buffer::new(200, 1, 3, 64), Buffer::new(100, 2, 4, 64)],
+        buffers: vec![
+            Buffer::new(100, 0, 2, 64),
+            Buffer::new(200, 1, 3, 64),
+            Buffer::new(100, 2, 4, 64),
+        ],
         conflicts: ConflictModel::Lifetimes,
     }
 }
@@ -19,7 +29,10 @@ fn greedy_size_reuses_dead_bytes_and_passes_checker() {
     let greedy = plan(&p, &opts(Strategy::GreedySize)).unwrap();
     assert_eq!(lower_bound(&p), 300);
     assert!(greedy.arena_bytes < naive.arena_bytes);
-    assert_eq!(greedy.offsets[0], greedy.offsets[2], "a and c never live together");
+    assert_eq!(
+        greedy.offsets[0], greedy.offsets[2],
+        "a and c never live together"
+    );
     check(&p, &greedy).unwrap();
 }
 
@@ -29,18 +42,50 @@ fn checker_reports_overlap_and_misalignment() {
     let mut bad = plan(&p, &opts(Strategy::GreedySize)).unwrap();
     bad.offsets[1] = bad.offsets[0] + 1;
     let v = check(&p, &bad).unwrap_err();
-    assert!(v.iter().any(|x| matches!(x, Violation::Overlap { a: BufferId(0), b: BufferId(1) })), "{v:?}");
-    assert!(v.iter().any(|x| matches!(x, Violation::Misaligned { id: BufferId(1), .. })), "{v:?}");
+    assert!(
+        v.iter().any(|x| matches!(
+            x,
+            Violation::Overlap {
+                a: BufferId(0),
+                b: BufferId(1)
+            }
+        )),
+        "{v:?}"
+    );
+    assert!(
+        v.iter().any(|x| matches!(
+            x,
+            Violation::Misaligned {
+                id: BufferId(1),
+                ..
+            }
+        )),
+        "{v:?}"
+    );
 }
 
 #[test]
 fn explicit_conflicts_worked_example_bound_is_heaviest_clique() {
     // Sizes in MiB units from shared/data/seed-example: clique {4,5,6,7} weighs 43.
     let sizes = [5u64, 10, 8, 20, 2, 6, 15, 3];
-    let lists: [&[u32]; 8] = [&[2], &[1, 3, 4, 5], &[2, 4, 5, 6], &[2, 3, 5, 6, 7], &[2, 3, 4, 6, 7, 8], &[3, 4, 5, 7], &[4, 5, 6, 8], &[5, 7]];
+    let lists: [&[u32]; 8] = [
+        &[2],
+        &[1, 3, 4, 5],
+        &[2, 4, 5, 6],
+        &[2, 3, 5, 6, 7],
+        &[2, 3, 4, 6, 7, 8],
+        &[3, 4, 5, 7],
+        &[4, 5, 6, 8],
+        &[5, 7],
+    ];
     let p = Problem {
         buffers: sizes.iter().map(|&s| Buffer::new(s, 0, 1, 1)).collect(),
-        conflicts: ConflictModel::Explicit(lists.iter().map(|l| l.iter().map(|&i| BufferId(i - 1)).collect()).collect()),
+        conflicts: ConflictModel::Explicit(
+            lists
+                .iter()
+                .map(|l| l.iter().map(|&i| BufferId(i - 1)).collect())
+                .collect(),
+        ),
     };
     assert_eq!(lower_bound(&p), 43);
     let g = plan(&p, &opts(Strategy::GreedySize)).unwrap();

@@ -1,0 +1,266 @@
+//! The in-memory description of a bundle: what the writer takes and what the
+//! reader gives back (owned form).
+
+/// Element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DType {
+    /// 32-bit float.
+    F32 = 1,
+    /// 16-bit float.
+    F16 = 2,
+    /// 64-bit float.
+    F64 = 3,
+    /// Signed 8-bit integer.
+    I8 = 4,
+    /// Signed 16-bit integer.
+    I16 = 5,
+    /// Signed 32-bit integer.
+    I32 = 6,
+    /// Signed 64-bit integer.
+    I64 = 7,
+    /// Unsigned 8-bit integer.
+    U8 = 8,
+    /// Unsigned 16-bit integer.
+    U16 = 9,
+    /// Unsigned 32-bit integer.
+    U32 = 10,
+    /// Unsigned 64-bit integer.
+    U64 = 11,
+    /// Boolean, one byte each.
+    Bool = 12,
+}
+
+/// What role a tensor plays in the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum TensorKind {
+    /// A graph input, written by the caller before step 0.
+    Input = 1,
+    /// A graph output, live until the last step.
+    Output = 2,
+    /// An intermediate value.
+    Activation = 3,
+    /// A constant stored in the weight section.
+    Weight = 4,
+}
+
+/// Where a tensor's bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Region {
+    /// In the activation arena, at a planned offset.
+    Arena = 1,
+    /// In the bundle's weight section.
+    Weights = 2,
+}
+
+/// How a tensor shares bytes with another one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AliasKind {
+    /// Written by an element-wise op over its dead input.
+    InPlace = 1,
+    /// The same bytes as another tensor with a new shape.
+    View = 2,
+    /// A contiguous slice of a concat's output, written by its producer.
+    ConcatSlice = 3,
+}
+
+/// One tensor of the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// ONNX value name where one exists, otherwise the producing node's name.
+    pub name: String,
+    /// Role in the model.
+    pub kind: TensorKind,
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions (row-major, contiguous).
+    pub shape: Vec<u64>,
+    /// Where the bytes live.
+    pub region: Region,
+    /// Byte offset inside the region.
+    pub offset: u64,
+    /// Byte length (elements × element size).
+    pub size: u64,
+    /// First step that needs the bytes (the producing step; 0 for inputs).
+    pub first_step: u32,
+    /// Last step that needs the bytes (inclusive).
+    pub last_step: u32,
+    /// The tensor this one shares bytes with, and how.
+    pub alias_of: Option<(AliasKind, u32)>,
+}
+
+/// A typed operator attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    /// One integer.
+    Int(i64),
+    /// Integers.
+    Ints(Vec<i64>),
+    /// One float.
+    Float(f32),
+    /// Floats.
+    Floats(Vec<f32>),
+    /// Text.
+    Text(String),
+}
+
+/// One operator of the execution order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    /// Node name (tract's name for the node in the planned graph).
+    pub name: String,
+    /// Operator type (tract's op name, e.g. `Conv`, `EinSum`, `Add`).
+    pub op_type: String,
+    /// Attributes by name, sorted by name.
+    pub attributes: Vec<(String, AttrValue)>,
+    /// Tensor ids read, in operand order.
+    pub inputs: Vec<u32>,
+    /// Tensor ids written, in output order.
+    pub outputs: Vec<u32>,
+}
+
+/// Where the plan came from.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Provenance {
+    /// Strategy name.
+    pub strategy: String,
+    /// Lower bound on the arena, in bytes.
+    pub lower_bound_bytes: u64,
+    /// Arena without any reuse, in bytes.
+    pub naive_bytes: u64,
+    /// Planning time in microseconds.
+    pub plan_micros: u64,
+    /// True when the arena is proven minimal.
+    pub optimal: bool,
+    /// Tool name and version that wrote the bundle.
+    pub producer: String,
+    /// File name of the source model.
+    pub source_model: String,
+}
+
+/// Everything a bundle holds.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Contents {
+    /// Activation arena size in bytes.
+    pub arena_bytes: u64,
+    /// Alignment the arena base must have, in bytes (a power of two).
+    pub arena_align: u64,
+    /// Tensors; a tensor's id is its index.
+    pub tensors: Vec<Tensor>,
+    /// Graph inputs, by tensor id, in model order.
+    pub inputs: Vec<u32>,
+    /// Graph outputs, by tensor id, in model order.
+    pub outputs: Vec<u32>,
+    /// Operators in execution order; step `i` runs `ops[i]`.
+    pub ops: Vec<Op>,
+    /// Provenance of the plan.
+    pub provenance: Provenance,
+}
+
+impl DType {
+    /// Every element type.
+    pub const ALL: [DType; 12] = [
+        DType::F32,
+        DType::F16,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+    ];
+
+    /// Bytes per element.
+    pub fn size_bytes(self) -> u64 {
+        match self {
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+        }
+    }
+
+    /// Lower-case name (`f32`, `i64`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// The type with this file code.
+    pub fn from_code(code: u32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| *d as u32 == code)
+    }
+
+    /// The type with this name.
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+impl TensorKind {
+    /// The kind with this file code.
+    pub fn from_code(code: u32) -> Option<TensorKind> {
+        [
+            TensorKind::Input,
+            TensorKind::Output,
+            TensorKind::Activation,
+            TensorKind::Weight,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == code)
+    }
+}
+
+impl Region {
+    /// The region with this file code.
+    pub fn from_code(code: u32) -> Option<Region> {
+        [Region::Arena, Region::Weights]
+            .into_iter()
+            .find(|r| *r as u32 == code)
+    }
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Region::Arena => "arena",
+            Region::Weights => "weights",
+        }
+    }
+}
+
+impl AliasKind {
+    /// The alias kind with this file code (0 is "none" and not a kind).
+    pub fn from_code(code: u32) -> Option<AliasKind> {
+        [AliasKind::InPlace, AliasKind::View, AliasKind::ConcatSlice]
+            .into_iter()
+            .find(|k| *k as u32 == code)
+    }
+}
+
+impl Tensor {
+    /// Bytes the shape and element type need, or `None` on overflow.
+    pub fn shape_bytes(&self) -> Option<u64> {
+        self.shape
+            .iter()
+            .try_fold(self.dtype.size_bytes(), |acc, &d| acc.checked_mul(d))
+    }
+}

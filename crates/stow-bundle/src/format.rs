@@ -1,0 +1,149 @@
+//! Fixed-size records of the bundle, exactly as they sit in the file
+//! (little-endian). See `docs/FORMAT.md` for the full layout.
+//!
+//! | offset | bytes | content |
+//! |---|---|---|
+//! | 0 | 64 | [`Header`] |
+//! | 64 | 32 × n | [`SectionEntry`] × `section_count` |
+//! | … | … | sections, each at a multiple of its alignment, zero padding between |
+
+use bytemuck::{Pod, Zeroable};
+
+/// First eight bytes of every bundle.
+pub const MAGIC: [u8; 8] = *b"STOWBNDL";
+/// The format version this crate reads and writes.
+pub const VERSION: u32 = 1;
+/// Flags this version understands (none yet): any other bit is rejected.
+pub const KNOWN_FLAGS: u32 = 0;
+/// Size of [`Header`].
+pub const HEADER_LEN: usize = 64;
+/// Size of one [`SectionEntry`].
+pub const SECTION_ENTRY_LEN: usize = 32;
+/// Size of one [`TensorRecord`].
+pub const TENSOR_RECORD_LEN: usize = 64;
+/// Alignment of every weight inside the weight section, and of the section.
+pub const WEIGHT_ALIGN: u64 = 64;
+/// Most sections a bundle may declare.
+pub const MAX_SECTIONS: u32 = 16;
+/// Most tensors or ops a bundle may declare.
+pub const MAX_ITEMS: u32 = 1 << 24;
+/// `alias_of` value meaning "no alias".
+pub const NO_ALIAS: u32 = u32::MAX;
+
+/// Section kinds.
+pub mod kind {
+    /// Tensor records ([`super::TensorRecord`] × tensor count).
+    pub const TENSORS: u32 = 1;
+    /// Tensor names, UTF-8, referenced by records.
+    pub const STRINGS: u32 = 2;
+    /// Tensor dimensions, u64 each, referenced by records.
+    pub const SHAPES: u32 = 3;
+    /// Protobuf metadata (`proto/stow_bundle.proto`, message `BundleMeta`).
+    pub const METADATA: u32 = 4;
+    /// Weight bytes.
+    pub const WEIGHTS: u32 = 5;
+    /// Every kind, in file order, with its alignment.
+    pub const ALL: [(u32, u64); 5] = [
+        (TENSORS, 8),
+        (STRINGS, 8),
+        (SHAPES, 8),
+        (METADATA, 8),
+        (WEIGHTS, 64),
+    ];
+
+    /// A kind's name.
+    pub fn name(kind: u32) -> &'static str {
+        match kind {
+            TENSORS => "tensors",
+            STRINGS => "strings",
+            SHAPES => "shapes",
+            METADATA => "metadata",
+            WEIGHTS => "weights",
+            _ => "unknown",
+        }
+    }
+}
+
+/// The file header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`VERSION`].
+    pub version: u32,
+    /// Feature flags; must be within [`KNOWN_FLAGS`].
+    pub flags: u32,
+    /// Total file length in bytes.
+    pub file_len: u64,
+    /// Number of section entries following the header.
+    pub section_count: u32,
+    /// CRC-32 of the header (with this field zero) followed by the section table.
+    pub header_crc: u32,
+    /// Activation arena size in bytes.
+    pub arena_bytes: u64,
+    /// Required alignment of the arena base (a power of two).
+    pub arena_align: u64,
+    /// Number of tensor records.
+    pub tensor_count: u32,
+    /// Number of operators in the metadata.
+    pub op_count: u32,
+    /// Zero.
+    pub reserved: [u8; 8],
+}
+
+/// One entry of the section table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct SectionEntry {
+    /// Section kind (see [`kind`]).
+    pub kind: u32,
+    /// Alignment of `offset` (a power of two).
+    pub align: u32,
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Byte length.
+    pub length: u64,
+    /// CRC-32 of the section's bytes.
+    pub crc: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// One tensor's fixed record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct TensorRecord {
+    /// Tensor id: the record's index.
+    pub id: u32,
+    /// [`crate::TensorKind`] code.
+    pub kind: u32,
+    /// [`crate::DType`] code.
+    pub dtype: u32,
+    /// [`crate::Region`] code.
+    pub region: u32,
+    /// Byte offset in the region.
+    pub offset: u64,
+    /// Byte size.
+    pub size: u64,
+    /// First step needing the bytes.
+    pub first_step: u32,
+    /// Last step needing the bytes (inclusive).
+    pub last_step: u32,
+    /// [`crate::AliasKind`] code, 0 for none.
+    pub alias_kind: u32,
+    /// Aliased tensor id, [`NO_ALIAS`] for none.
+    pub alias_of: u32,
+    /// Byte offset of the name in the strings section.
+    pub name_offset: u32,
+    /// Byte length of the name.
+    pub name_len: u32,
+    /// Index of the first dimension in the shapes section (in u64 units).
+    pub dims_index: u32,
+    /// Number of dimensions.
+    pub rank: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() == HEADER_LEN);
+const _: () = assert!(std::mem::size_of::<SectionEntry>() == SECTION_ENTRY_LEN);
+const _: () = assert!(std::mem::size_of::<TensorRecord>() == TENSOR_RECORD_LEN);

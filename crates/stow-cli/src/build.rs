@@ -1,0 +1,126 @@
+//! Turning a planned model into bundle contents.
+
+use anyhow::{bail, Result};
+use stow_bundle::{AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind};
+use stow_onnx::{ModelGraph, TensorRole};
+use stow_plan::Plan;
+
+/// A model graph with its arena plan.
+pub struct PlannedModel<'a> {
+    /// The model.
+    pub graph: &'a ModelGraph,
+    /// For each planned buffer, its tensor id.
+    pub tensor_of: &'a [usize],
+    /// The plan.
+    pub plan: &'a Plan,
+    /// Arena size without reuse.
+    pub naive_bytes: u64,
+    /// Arena alignment.
+    pub align: u64,
+    /// File name of the model.
+    pub source_model: String,
+}
+
+/// The bundle code of an element type name.
+pub fn dtype_of(name: &str) -> Result<DType> {
+    Ok(match name {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "f64" => DType::F64,
+        "i8" => DType::I8,
+        "i16" => DType::I16,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "u8" => DType::U8,
+        "u16" => DType::U16,
+        "u32" => DType::U32,
+        "u64" => DType::U64,
+        "bool" => DType::Bool,
+        other => bail!("element type {other} has no bundle code"),
+    })
+}
+
+fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
+    match a {
+        stow_onnx::Attr::Int(v) => AttrValue::Int(*v),
+        stow_onnx::Attr::Ints(v) => AttrValue::Ints(v.clone()),
+        stow_onnx::Attr::Float(v) => AttrValue::Float(*v),
+        stow_onnx::Attr::Text(v) => AttrValue::Text(v.clone()),
+    }
+}
+
+/// Bundle contents and per-tensor weight bytes (empty for arena tensors).
+pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u8]>)> {
+    let g = p.graph;
+    let mut offset_of = vec![None; g.tensors.len()];
+    for (buffer, &tensor) in p.tensor_of.iter().enumerate() {
+        offset_of[tensor] = Some(p.plan.offsets[buffer]);
+    }
+    let mut tensors = Vec::with_capacity(g.tensors.len());
+    let mut weights: Vec<&'g [u8]> = Vec::with_capacity(g.tensors.len());
+    for (id, t) in g.tensors.iter().enumerate() {
+        let (kind, region) = match t.role {
+            TensorRole::Input => (TensorKind::Input, Region::Arena),
+            TensorRole::Output => (TensorKind::Output, Region::Arena),
+            TensorRole::Activation => (TensorKind::Activation, Region::Arena),
+            TensorRole::Weight => (TensorKind::Weight, Region::Weights),
+        };
+        let offset = match region {
+            Region::Arena => match offset_of[id] {
+                Some(o) => o,
+                None => bail!("tensor `{}` has no planned offset", t.name),
+            },
+            Region::Weights => 0,
+        };
+        weights.push(if region == Region::Weights {
+            g.weight_bytes(id).unwrap_or(&[])
+        } else {
+            &[]
+        });
+        tensors.push(Tensor {
+            name: t.name.clone(),
+            kind,
+            dtype: dtype_of(t.dtype)?,
+            shape: t.shape.clone(),
+            region,
+            offset,
+            size: t.bytes,
+            first_step: t.first_step,
+            last_step: t.last_step,
+            alias_of: None,
+        });
+    }
+    let ops = g
+        .ops
+        .iter()
+        .map(|op| Op {
+            name: op.name.clone(),
+            op_type: op.op_type.clone(),
+            attributes: op
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), attr_value(v)))
+                .collect(),
+            inputs: op.inputs.iter().map(|&i| i as u32).collect(),
+            outputs: op.outputs.iter().map(|&i| i as u32).collect(),
+        })
+        .collect();
+    let contents = Contents {
+        arena_bytes: p.plan.arena_bytes,
+        arena_align: p.align,
+        tensors,
+        inputs: g.inputs.iter().map(|&i| i as u32).collect(),
+        outputs: g.outputs.iter().map(|&i| i as u32).collect(),
+        ops,
+        provenance: Provenance {
+            strategy: p.plan.strategy.name().to_string(),
+            lower_bound_bytes: p.plan.lower_bound,
+            naive_bytes: p.naive_bytes,
+            plan_micros: p.plan.stats.elapsed.as_micros() as u64,
+            optimal: p.plan.optimal,
+            producer: format!("stow {}", env!("CARGO_PKG_VERSION")),
+            source_model: p.source_model.clone(),
+        },
+    };
+    Ok((contents, weights))
+}

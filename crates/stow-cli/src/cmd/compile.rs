@@ -1,0 +1,157 @@
+//! `stow compile`: ONNX model → memory-planned bundle.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use stow_cli::build::{bundle_contents, PlannedModel};
+use stow_onnx::{parse_dim_arg, parse_input_arg, LoadOptions};
+use stow_plan::{plan, PlanOptions, Strategy};
+
+/// Arguments of `stow compile`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ONNX model to compile.
+    pub model: PathBuf,
+    /// Where to write the bundle [default: MODEL with the extension `.stow`].
+    #[arg(short, long, value_name = "OUT.stow")]
+    pub output: Option<PathBuf>,
+    /// Fix an input's shape, e.g. `image=1x3x224x224` (repeatable).
+    #[arg(long = "input", value_name = "NAME=SHAPE")]
+    pub inputs: Vec<String>,
+    /// Give a symbolic dimension a value, e.g. `N=1` (repeatable).
+    #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
+    pub dims: Vec<String>,
+    /// Planning strategy.
+    #[arg(long, default_value = "greedy-size", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+    /// Alignment of every arena offset in bytes (a power of two).
+    #[arg(long, default_value_t = 64, value_parser = parse_align)]
+    pub align: u64,
+}
+
+pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    s.parse::<Strategy>().map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_align(s: &str) -> Result<u64, String> {
+    let v: u64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v == 0 || !v.is_power_of_two() {
+        return Err(format!("{v} is not a power of two"));
+    }
+    Ok(v)
+}
+
+fn default_output(model: &Path) -> PathBuf {
+    model.with_extension("stow")
+}
+
+/// Runs `stow compile`.
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args.model));
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            bail!(
+                "cannot write {}: directory {} does not exist",
+                output.display(),
+                dir.display()
+            );
+        }
+    }
+    let options = LoadOptions {
+        inputs: args
+            .inputs
+            .iter()
+            .map(|a| parse_input_arg(a))
+            .collect::<Result<_, _>>()?,
+        dims: args
+            .dims
+            .iter()
+            .map(|a| parse_dim_arg(a))
+            .collect::<Result<_, _>>()?,
+    };
+    let graph = stow_onnx::load(&args.model, &options)
+        .with_context(|| format!("compiling {}", args.model.display()))?;
+    let (problem, tensor_of) = graph.problem(args.align);
+    let chosen = plan(
+        &problem,
+        &PlanOptions {
+            strategy: args.strategy,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("planning {}", args.model.display()))?;
+    let naive = plan(
+        &problem,
+        &PlanOptions {
+            strategy: Strategy::Naive,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("planning {}", args.model.display()))?;
+    let source = args
+        .model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let planned = PlannedModel {
+        graph: &graph,
+        tensor_of: &tensor_of,
+        plan: &chosen,
+        naive_bytes: naive.arena_bytes,
+        align: args.align,
+        source_model: source,
+    };
+    let (contents, weights) = bundle_contents(&planned)?;
+    let bytes = stow_bundle::to_bytes(&contents, &weights).context("encoding the bundle")?;
+    stow_bundle::write_file(&output, &bytes)
+        .with_context(|| format!("writing {}", output.display()))?;
+    let elapsed = started.elapsed();
+    println!(
+        "compiled {} -> {} ({} bytes)",
+        args.model.display(),
+        output.display(),
+        bytes.len()
+    );
+    println!("  ops            {}", graph.ops.len());
+    println!(
+        "  tensors        {} ({} in the arena)",
+        graph.tensors.len(),
+        problem.buffers.len()
+    );
+    println!("  weights        {}", human_bytes(graph.weight_total()));
+    println!(
+        "  arena          {} ({})",
+        human_bytes(chosen.arena_bytes),
+        chosen.strategy
+    );
+    println!("  lower bound    {}", human_bytes(chosen.lower_bound));
+    println!("  naive          {}", human_bytes(naive.arena_bytes));
+    println!("  arena / bound  {:.3}", chosen.ratio());
+    println!(
+        "  compile time   {:.3} s (planning {:.1} ms)",
+        elapsed.as_secs_f64(),
+        chosen.stats.elapsed.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// `1234567` → `1,234,567 B (1.18 MiB)`.
+pub(crate) fn human_bytes(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    match units.iter().find(|(_, s)| n >= *s) {
+        Some((u, s)) => format!("{grouped} B ({:.2} {u})", n as f64 / *s as f64),
+        None => format!("{grouped} B"),
+    }
+}

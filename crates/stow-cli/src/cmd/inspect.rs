@@ -1,0 +1,225 @@
+//! `stow inspect`: print what a bundle holds.
+
+use crate::cmd::compile::human_bytes;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::path::PathBuf;
+use stow_bundle::{AliasKind, Contents, Region, Tensor, TensorKind};
+
+/// Arguments of `stow inspect`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The bundle to inspect.
+    pub bundle: PathBuf,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also verify the weight checksum.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub(crate) fn kind_name(k: TensorKind) -> &'static str {
+    match k {
+        TensorKind::Input => "input",
+        TensorKind::Output => "output",
+        TensorKind::Activation => "activation",
+        TensorKind::Weight => "weight",
+    }
+}
+
+pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
+    let (kind, of) = t.alias_of?;
+    let other = c
+        .tensors
+        .get(of as usize)
+        .map(|o| o.name.as_str())
+        .unwrap_or("?");
+    Some(match kind {
+        AliasKind::InPlace => format!("in place of {other}"),
+        AliasKind::View => format!("view of {other}"),
+        AliasKind::ConcatSlice => format!("slice of concat {other}"),
+    })
+}
+
+fn shape_text(shape: &[u64]) -> String {
+    format!(
+        "[{}]",
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+}
+
+/// Runs `stow inspect`.
+pub fn run(args: Args) -> Result<()> {
+    let bundle = stow_runtime::Bundle::open(&args.bundle)
+        .with_context(|| format!("opening {}", args.bundle.display()))?;
+    if args.check {
+        bundle
+            .verify_weights()
+            .with_context(|| format!("checking weights of {}", args.bundle.display()))?;
+    }
+    let c = bundle.contents();
+    if args.json {
+        let tensors: Vec<_> = c
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(id, t)| {
+                json!({
+                    "id": id,
+                    "name": t.name,
+                    "kind": kind_name(t.kind),
+                    "dtype": t.dtype.name(),
+                    "shape": t.shape,
+                    "region": if t.region == Region::Arena { "arena" } else { "weights" },
+                    "offset": t.offset,
+                    "size": t.size,
+                    "first_step": t.first_step,
+                    "last_step": t.last_step,
+                    "alias_of": t.alias_of.map(|(_, of)| c.tensors[of as usize].name.clone()),
+                    "alias_kind": t.alias_of.map(|(k, _)| format!("{k:?}")),
+                })
+            })
+            .collect();
+        let ops: Vec<_> = c
+            .ops
+            .iter()
+            .map(|o| json!({"name": o.name, "op_type": o.op_type, "inputs": o.inputs, "outputs": o.outputs}))
+            .collect();
+        let out = json!({
+            "format_version": bundle.header().version,
+            "file_bytes": bundle.header().file_len,
+            "arena_bytes": c.arena_bytes,
+            "arena_align": c.arena_align,
+            "lower_bound_bytes": c.provenance.lower_bound_bytes,
+            "naive_bytes": c.provenance.naive_bytes,
+            "strategy": c.provenance.strategy,
+            "optimal": c.provenance.optimal,
+            "plan_micros": c.provenance.plan_micros,
+            "source_model": c.provenance.source_model,
+            "inputs": c.inputs.iter().map(|&i| c.tensors[i as usize].name.clone()).collect::<Vec<_>>(),
+            "outputs": c.outputs.iter().map(|&i| c.tensors[i as usize].name.clone()).collect::<Vec<_>>(),
+            "tensors": tensors,
+            "ops": ops,
+        });
+        crate::cmd::emit(&(serde_json::to_string_pretty(&out)? + "\n"));
+        return Ok(());
+    }
+    let mut text = String::new();
+    let h = bundle.header();
+    say!(text, "bundle {}", args.bundle.display());
+    say!(
+        text,
+        "  format version {}, flags {:#x}, {}",
+        h.version,
+        h.flags,
+        human_bytes(h.file_len)
+    );
+    say!(
+        text,
+        "  source {} ({})",
+        c.provenance.source_model,
+        c.provenance.producer
+    );
+    say!(
+        text,
+        "  arena {} (align {}), lower bound {}, ratio {:.3}, naive {}",
+        human_bytes(c.arena_bytes),
+        c.arena_align,
+        human_bytes(c.provenance.lower_bound_bytes),
+        if c.provenance.lower_bound_bytes == 0 {
+            1.0
+        } else {
+            c.arena_bytes as f64 / c.provenance.lower_bound_bytes as f64
+        },
+        human_bytes(c.provenance.naive_bytes)
+    );
+    say!(
+        text,
+        "  strategy {}{}, planned in {:.3} ms",
+        c.provenance.strategy,
+        if c.provenance.optimal {
+            " (optimal)"
+        } else {
+            ""
+        },
+        c.provenance.plan_micros as f64 / 1e3
+    );
+    say!(text, "sections");
+    for s in bundle.sections() {
+        say!(
+            text,
+            "  {:<10} offset {:>10}  length {:>10}  align {}",
+            s.kind_name(),
+            s.offset,
+            s.length,
+            s.align
+        );
+    }
+    let io = |ids: &[u32]| {
+        ids.iter()
+            .map(|&i| {
+                let t = &c.tensors[i as usize];
+                format!("{} {} {}", t.name, t.dtype.name(), shape_text(&t.shape))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    say!(text, "inputs   {}", io(&c.inputs));
+    say!(text, "outputs  {}", io(&c.outputs));
+    say!(text, "ops      {}", c.ops.len());
+    say!(text, "tensors  {}", c.tensors.len());
+    let width = c
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 48);
+    say!(
+        text,
+        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  alias",
+        "id",
+        "name",
+        "kind",
+        "dtype",
+        "shape",
+        "offset",
+        "size",
+        "first",
+        "last"
+    );
+    for (id, t) in c.tensors.iter().enumerate() {
+        let offset = match t.region {
+            Region::Arena => t.offset.to_string(),
+            Region::Weights => format!("w+{}", t.offset),
+        };
+        let steps = |s: u32| {
+            if t.region == Region::Weights {
+                "-".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        say!(
+            text,
+            "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}",
+            id,
+            t.name,
+            kind_name(t.kind),
+            t.dtype.name(),
+            shape_text(&t.shape),
+            offset,
+            t.size,
+            steps(t.first_step),
+            steps(t.last_step),
+            alias_text(c, t).unwrap_or_default()
+        );
+    }
+    crate::cmd::emit(&text);
+    Ok(())
+}

@@ -1,0 +1,190 @@
+//! `stow verify`: run the model inside the bundle's arena and compare with tract.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::time::Instant;
+use stow_bundle::Region;
+use stow_onnx::{parse_dim_arg, parse_input_arg, ArenaLayout, LoadOptions, ModelGraph, Tensor};
+
+/// Arguments of `stow verify`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ONNX model the bundle was compiled from.
+    pub model: PathBuf,
+    /// The bundle to check.
+    pub bundle: PathBuf,
+    /// Fix an input's shape, as given to `stow compile` (repeatable).
+    #[arg(long = "input", value_name = "NAME=SHAPE")]
+    pub inputs: Vec<String>,
+    /// Give a symbolic dimension a value, as given to `stow compile` (repeatable).
+    #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
+    pub dims: Vec<String>,
+    /// A directory of `input_N.pb` tensors (ONNX test-case layout). When it
+    /// also holds `output_N.pb`, outputs are compared with them too.
+    #[arg(long = "inputs", value_name = "DIR")]
+    pub input_dir: Option<PathBuf>,
+    /// Seed for random inputs when `--inputs` is not given.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Relative tolerance for the comparison with expected `output_N.pb` files.
+    #[arg(long, default_value_t = 1e-4)]
+    pub tolerance: f64,
+}
+
+/// Checks that the bundle's tensor table is the one this model produces.
+fn match_bundle(
+    graph: &ModelGraph,
+    c: &stow_bundle::Contents,
+    bundle: &str,
+) -> Result<Vec<Option<u64>>> {
+    if c.tensors.len() != graph.tensors.len() {
+        bail!(
+            "{bundle} does not match the model: {} tensors in the bundle, {} in the model (other model, or other --input/--dim?)",
+            c.tensors.len(),
+            graph.tensors.len()
+        );
+    }
+    let mut offsets = Vec::with_capacity(c.tensors.len());
+    for (id, (rec, info)) in c.tensors.iter().zip(&graph.tensors).enumerate() {
+        if rec.name != info.name || rec.size != info.bytes {
+            bail!(
+                "{bundle} does not match the model: tensor {id} is `{}` ({} bytes) in the bundle but `{}` ({} bytes) in the model",
+                rec.name,
+                rec.size,
+                info.name,
+                info.bytes
+            );
+        }
+        offsets.push(if rec.region == Region::Arena {
+            Some(rec.offset)
+        } else {
+            None
+        });
+    }
+    Ok(offsets)
+}
+
+/// Largest relative error between `got` and `want` (both cast to f64), or
+/// `None` when they do not even have the same shape.
+fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
+    if got.shape() != want.shape() {
+        return None;
+    }
+    let g = got.cast_to::<f64>().ok()?;
+    let w = want.cast_to::<f64>().ok()?;
+    let (g, w) = (
+        g.to_plain_array_view::<f64>().ok()?,
+        w.to_plain_array_view::<f64>().ok()?,
+    );
+    Some(g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            m
+        } else {
+            m.max((a - b).abs() / b.abs().max(1.0))
+        }
+    }))
+}
+
+/// Runs `stow verify`.
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let options = LoadOptions {
+        inputs: args
+            .inputs
+            .iter()
+            .map(|a| parse_input_arg(a))
+            .collect::<Result<_, _>>()?,
+        dims: args
+            .dims
+            .iter()
+            .map(|a| parse_dim_arg(a))
+            .collect::<Result<_, _>>()?,
+    };
+    let graph = stow_onnx::load(&args.model, &options)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let bundle = stow_runtime::Bundle::open(&args.bundle)
+        .with_context(|| format!("opening {}", args.bundle.display()))?;
+    let c = bundle.contents();
+    let offsets = match_bundle(&graph, c, &args.bundle.display().to_string())?;
+    let inputs = match &args.input_dir {
+        Some(dir) => stow_onnx::read_input_dir(&graph, dir)
+            .with_context(|| format!("reading inputs from {}", dir.display()))?,
+        None => stow_onnx::random_inputs(&graph, args.seed)?,
+    };
+    let weight = |id: usize| bundle.weight_bytes(id as u32);
+    let layout = ArenaLayout {
+        arena_bytes: c.arena_bytes,
+        offsets,
+        weight: &weight,
+    };
+    let run = stow_onnx::run_in_arena(&graph, &layout, &inputs).context("running in the arena")?;
+    if let Some(m) = run.mismatch {
+        let written = m
+            .written_at
+            .map(|s| format!(", written at step {s}"))
+            .unwrap_or_default();
+        if m.is_weight {
+            bail!(
+                "FAIL: weight `{}` in {} differs from the model in {} bytes (first read at step {}, op `{}`)",
+                m.tensor,
+                args.bundle.display(),
+                m.differing_bytes,
+                m.step,
+                m.op
+            );
+        }
+        bail!(
+            "FAIL: tensor `{}` (id {}) holds wrong bytes when step {} (op `{}`) reads it{written}: {} bytes differ from tract's value",
+            m.tensor,
+            m.tensor_id,
+            m.step,
+            m.op,
+            m.differing_bytes
+        );
+    }
+    let reference =
+        stow_onnx::run_reference(&graph, &inputs).context("running tract's reference")?;
+    for ((ours, theirs), &tid) in run.outputs.iter().zip(&reference).zip(&graph.outputs) {
+        if ours.as_bytes() != theirs.as_bytes() || ours.shape() != theirs.shape() {
+            bail!(
+                "FAIL: output `{}` differs from tract's own run",
+                graph.tensors[tid].name
+            );
+        }
+    }
+    let mut expected_note = String::new();
+    if let Some(dir) = &args.input_dir {
+        let files = stow_onnx::numbered_files(dir, "output")?;
+        if !files.is_empty() {
+            let mut worst = 0.0f64;
+            for (ix, (file, ours)) in files.iter().zip(&run.outputs).enumerate() {
+                let want = stow_onnx::read_tensor_file(file)?;
+                let err = max_relative_error(ours, &want).with_context(|| {
+                    format!(
+                        "output {ix}: shape {:?} differs from {} ({:?})",
+                        ours.shape(),
+                        file.display(),
+                        want.shape()
+                    )
+                })?;
+                if err.is_nan() || err > args.tolerance {
+                    bail!(
+                        "FAIL: output {ix} differs from {} by {err:e} (tolerance {:e})",
+                        file.display(),
+                        args.tolerance
+                    );
+                }
+                worst = worst.max(err);
+            }
+            expected_note = format!("; expected outputs match, max relative error {worst:.2e}");
+        }
+    }
+    println!(
+        "PASS: {} steps in a {}-byte arena, {} outputs bit-exact with tract{expected_note} ({:.2} s)",
+        run.steps,
+        c.arena_bytes,
+        run.outputs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! Each bad input gives one clear error line, a non-zero exit, and leaves no
+//! output file behind.
+
+mod common;
+
+use common::*;
+use prost::Message;
+use std::path::Path;
+
+fn assert_clean_failure(args: &[&str], out: &Path, expect: &[&str]) {
+    let o = stow(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{args:?} should fail");
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected, got:\n{err}"
+    );
+    for word in expect {
+        assert!(
+            err.contains(word),
+            "{args:?}: error should mention `{word}`: {err}"
+        );
+    }
+    assert!(
+        !out.exists(),
+        "{args:?}: {} should not exist",
+        out.display()
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(out.parent().unwrap())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_none_or(|x| x != "onnx"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        leftovers.is_empty(),
+        "{args:?}: leftover files {leftovers:?}"
+    );
+}
+
+#[test]
+fn missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.stow");
+    let model = dir.path().join("nope.onnx");
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &out,
+        &["nope.onnx", "No such file"],
+    );
+}
+
+#[test]
+fn not_onnx() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("text.onnx");
+    std::fs::write(&model, "this is plainly not a protobuf model\n").unwrap();
+    let out = dir.path().join("o.stow");
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &out,
+        &["text.onnx", "not a valid ONNX model"],
+    );
+}
+
+#[test]
+fn truncated_onnx() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(testdata("residual_cnn.onnx")).unwrap();
+    let model = dir.path().join("cut.onnx");
+    std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let out = dir.path().join("o.stow");
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &out,
+        &["cut.onnx"],
+    );
+}
+
+#[test]
+fn unsupported_operator_names_node_and_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(testdata("mlp.onnx")).unwrap();
+    let mut proto = tract_onnx::pb::ModelProto::decode(&bytes[..]).unwrap();
+    let graph = proto.graph.as_mut().unwrap();
+    graph.node[1].op_type = "FrobnicateTensor".into();
+    graph.node[1].name = "the_odd_one".into();
+    let model = dir.path().join("odd.onnx");
+    std::fs::write(&model, proto.encode_to_vec()).unwrap();
+    let out = dir.path().join("o.stow");
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &out,
+        &["the_odd_one", "FrobnicateTensor"],
+    );
+}
+
+#[test]
+fn unset_symbolic_dimension_names_input_symbol_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.stow");
+    let model = testdata("symbolic_batch.onnx");
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &out,
+        &["image", "`N`", "--dim N="],
+    );
+}
+
+#[test]
+fn output_in_missing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("no/such/dir/o.stow");
+    let model = testdata("mlp.onnx");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("no/such/dir"),
+        "{err}"
+    );
+    assert!(!dir.path().join("no").exists());
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let model = testdata("mlp.onnx");
+    let m = model.to_str().unwrap();
+    for (args, word) in [
+        (vec!["compile", m, "--align", "48"], "power of two"),
+        (
+            vec!["compile", m, "--strategy", "magic"],
+            "unknown strategy",
+        ),
+        (
+            vec!["compile", m, "--input", "nosuch=1x64"],
+            "no input of that name",
+        ),
+        (
+            vec!["compile", m, "--dim", "Q=3"],
+            "no input of the model uses",
+        ),
+    ] {
+        let o = stow(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(word), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn inspect_rejects_a_non_bundle() {
+    let o = stow(&["inspect", testdata("mlp.onnx").to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("mlp.onnx"), "{}", stderr(&o));
+}

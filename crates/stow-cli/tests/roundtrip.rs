@@ -1,0 +1,134 @@
+//! compile → open: every tensor record matches the planner's output, and
+//! weights match what the frontend read from the model.
+
+mod common;
+
+use common::*;
+use prost::Message;
+use std::collections::HashMap;
+use stow_bundle::Region;
+use stow_onnx::{load, LoadOptions};
+use stow_plan::{plan, PlanOptions, Strategy};
+
+fn initializer_bytes(model: &std::path::Path) -> HashMap<String, Vec<u8>> {
+    let proto = tract_onnx::pb::ModelProto::decode(&std::fs::read(model).unwrap()[..]).unwrap();
+    let mut out = HashMap::new();
+    for init in proto.graph.unwrap().initializer {
+        let bytes = if !init.raw_data.is_empty() {
+            init.raw_data.to_vec()
+        } else if !init.float_data.is_empty() {
+            init.float_data
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect()
+        } else if !init.int64_data.is_empty() {
+            init.int64_data
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect()
+        } else {
+            continue;
+        };
+        out.insert(init.name.clone(), bytes);
+    }
+    out
+}
+
+#[test]
+fn bundle_records_match_plan_and_weights_match_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut matched_initializers = 0;
+    for model in testdata_models() {
+        let out = dir.path().join("r.stow");
+        let extra = model_args(&model);
+        let mut args = vec![
+            "compile".to_string(),
+            model.display().to_string(),
+            "-o".into(),
+            out.display().to_string(),
+        ];
+        args.extend(extra.iter().cloned());
+        args.extend(["--strategy".into(), "greedy-size".into()]);
+        let o = stow(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", stderr(&o));
+
+        let dims = if extra.is_empty() {
+            vec![]
+        } else {
+            vec![("N".to_string(), 2)]
+        };
+        let graph = load(
+            &model,
+            &LoadOptions {
+                inputs: vec![],
+                dims,
+            },
+        )
+        .unwrap();
+        let (problem, tensor_of) = graph.problem(64);
+        let expected = plan(
+            &problem,
+            &PlanOptions {
+                strategy: Strategy::GreedySize,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+
+        let bundle = stow_runtime::Bundle::open(&out).unwrap();
+        bundle.verify_weights().unwrap();
+        let c = bundle.contents();
+        assert_eq!(c.tensors.len(), graph.tensors.len());
+        assert_eq!(c.arena_bytes, expected.arena_bytes);
+        assert_eq!(c.provenance.lower_bound_bytes, expected.lower_bound);
+        for (buffer, &tid) in tensor_of.iter().enumerate() {
+            let rec = &c.tensors[tid];
+            let info = &graph.tensors[tid];
+            assert_eq!(rec.region, Region::Arena);
+            assert_eq!(rec.offset, expected.offsets[buffer], "{}", info.name);
+            assert_eq!(rec.size, info.bytes);
+            assert_eq!(rec.name, info.name);
+            assert_eq!(
+                (rec.first_step, rec.last_step),
+                (info.first_step, info.last_step)
+            );
+        }
+        let inits = initializer_bytes(&model);
+        for (tid, info) in graph.tensors.iter().enumerate() {
+            if c.tensors[tid].region != Region::Weights {
+                continue;
+            }
+            let stored = bundle.weight_bytes(tid as u32).unwrap();
+            assert_eq!(stored, graph.weight_bytes(tid).unwrap(), "{}", info.name);
+            assert_eq!(
+                stored.as_ptr() as usize % 64,
+                0,
+                "{} is not 64-aligned in the mapping",
+                info.name
+            );
+            // tract keeps an initializer's name, sometimes with a `.N` suffix,
+            // when it stores the value unchanged.
+            let base = info
+                .name
+                .rsplit_once('.')
+                .filter(|(_, n)| n.parse::<u32>().is_ok())
+                .map(|(b, _)| b);
+            let original = inits
+                .get(&info.name)
+                .or_else(|| base.and_then(|b| inits.get(b)));
+            if let Some(original) = original.filter(|o| o.len() == stored.len()) {
+                assert_eq!(
+                    stored,
+                    &original[..],
+                    "{} differs from the ONNX initializer",
+                    info.name
+                );
+                matched_initializers += 1;
+            }
+        }
+    }
+    assert!(
+        matched_initializers > 0,
+        "no weight kept its ONNX initializer name; the comparison tested nothing"
+    );
+}

@@ -1,0 +1,136 @@
+//! Input values for runs: seeded random tensors, or ONNX `TensorProto`
+//! files as the ONNX test cases ship them (`input_0.pb`, `output_0.pb`, ...).
+
+use crate::error::{OnnxError, Stage};
+use crate::graph::ModelGraph;
+use std::path::{Path, PathBuf};
+use tract_onnx::data_resolver::MmapDataResolver;
+use tract_onnx::prelude::*;
+
+/// A small deterministic generator (SplitMix64): the same seed gives the same
+/// inputs on every machine.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+/// One seeded random tensor per graph input. Floats are uniform in [-1, 1);
+/// integers are 0 or 1 (valid as indices and masks); booleans are random.
+pub fn random_inputs(graph: &ModelGraph, seed: u64) -> Result<Vec<Tensor>, OnnxError> {
+    let mut rng = SplitMix(seed);
+    let model = graph.typed_model();
+    let mut out = Vec::with_capacity(graph.inputs.len());
+    for &tid in &graph.inputs {
+        let info = &graph.tensors[tid];
+        let (node, slot) = info.outlet;
+        let dt = model
+            .outlet_fact(OutletId::new(node, slot))
+            .map_err(|e| OnnxError::tract(Stage::Analysis, e))?
+            .datum_type;
+        let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+        let n: usize = shape.iter().product();
+        let t = match dt {
+            DatumType::F32 => Tensor::from_shape(
+                &shape,
+                &(0..n).map(|_| rng.unit() as f32).collect::<Vec<_>>(),
+            ),
+            DatumType::F64 => {
+                Tensor::from_shape(&shape, &(0..n).map(|_| rng.unit()).collect::<Vec<_>>())
+            }
+            DatumType::F16 => Tensor::from_shape(
+                &shape,
+                &(0..n).map(|_| rng.unit() as f32).collect::<Vec<_>>(),
+            )
+            .and_then(|t| Ok(t.cast_to_dt(DatumType::F16)?.into_owned())),
+            DatumType::Bool => Tensor::from_shape(
+                &shape,
+                &(0..n).map(|_| rng.next() & 1 == 1).collect::<Vec<_>>(),
+            ),
+            dt if dt.is_integer() => Tensor::from_shape(
+                &shape,
+                &(0..n).map(|_| (rng.next() & 1) as i64).collect::<Vec<_>>(),
+            )
+            .and_then(|t| Ok(t.cast_to_dt(dt)?.into_owned())),
+            other => {
+                return Err(OnnxError::UnsupportedType {
+                    tensor: info.name.clone(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        }
+        .map_err(|e| OnnxError::tract(Stage::Analysis, e))?;
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// Reads one `TensorProto` file.
+pub fn read_tensor_file(path: &Path) -> Result<Tensor, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let proto =
+        tract_onnx::tensor::proto_from_reader(&bytes[..]).map_err(|e| OnnxError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: format!("{e:#}"),
+        })?;
+    tract_onnx::tensor::load_tensor(&MmapDataResolver, &proto, None).map_err(|e| {
+        OnnxError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: format!("{e:#}"),
+        }
+    })
+}
+
+/// The files `PREFIX_0.pb`, `PREFIX_1.pb`, ... in `dir`, in index order.
+pub fn numbered_files(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, OnnxError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| OnnxError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut found: Vec<(usize, PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| OnnxError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(ix) = name
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('_'))
+            .and_then(|r| r.strip_suffix(".pb"))
+            .and_then(|r| r.parse::<usize>().ok())
+        {
+            found.push((ix, entry.path()));
+        }
+    }
+    found.sort();
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Reads `input_*.pb` from `dir`, checking there is one per graph input.
+pub fn read_input_dir(graph: &ModelGraph, dir: &Path) -> Result<Vec<Tensor>, OnnxError> {
+    let files = numbered_files(dir, "input")?;
+    if files.len() != graph.inputs.len() {
+        return Err(OnnxError::BadArgument(format!(
+            "{}: {} input_N.pb files for a model with {} inputs",
+            dir.display(),
+            files.len(),
+            graph.inputs.len()
+        )));
+    }
+    files.iter().map(|f| read_tensor_file(f)).collect()
+}

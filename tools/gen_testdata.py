@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Generate the small ONNX models checked in under testdata/.
+
+Deterministic (fixed seed, random weights), opset 17, each well under 1 MB.
+Needs the `onnx` and `numpy` packages (`pip install onnx numpy`); when
+onnxruntime is installed, every model is also executed once as a check.
+
+    python3 tools/gen_testdata.py [--out DIR]
+"""
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+
+
+class Builder:
+    """Collects nodes and random initializers for one graph."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes = []
+        self.inits = []
+        self.count = 0
+
+    def name(self, base):
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def weight(self, base, shape, scale=None):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        scale = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+        name = self.name(base)
+        value = (self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def const(self, base, value):
+        name = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def op(self, op_type, inputs, n_out=1, out=None, **attrs):
+        outs = [out] if out else [self.name(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.name(op_type), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def conv(self, x, cin, cout, k=3, stride=1, group=1, bias=True):
+        w = self.weight("conv_w", [cout, cin // group, k, k])
+        inputs = [x, w] + ([self.weight("conv_b", [cout], 0.1)] if bias else [])
+        return self.op("Conv", inputs, kernel_shape=[k, k], strides=[stride, stride],
+                       pads=[k // 2] * 4, group=group)
+
+    def bn(self, x, c):
+        scale = self.const("bn_scale", (1.0 + 0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        bias = self.const("bn_bias", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        mean = self.const("bn_mean", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        var = self.const("bn_var", (1.0 + 0.1 * self.rng.random(c)).astype(np.float32))
+        return self.op("BatchNormalization", [x, scale, bias, mean, var])
+
+    def model(self, name, inputs, outputs):
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                  producer_name="stowage-gen-testdata")
+        model.ir_version = IR_VERSION
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def f32(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def residual_cnn():
+    b = Builder(1)
+    x = b.op("Relu", [b.bn(b.conv("image", 3, 16), 16)])
+    for _ in range(2):
+        y = b.op("Relu", [b.bn(b.conv(x, 16, 16), 16)])
+        y = b.bn(b.conv(y, 16, 16), 16)
+        x = b.op("Relu", [b.op("Add", [x, y])])
+    x = b.op("Relu", [b.conv(x, 16, 32, stride=2)])
+    x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    b.op("Gemm", [x, b.weight("fc_w", [10, 32]), b.weight("fc_b", [10], 0.1)], out="logits", transB=1)
+    return b.model("residual_cnn", [f32("image", [1, 3, 32, 32])], [f32("logits", [1, 10])])
+
+
+def two_branch():
+    b = Builder(2)
+    x = b.op("Relu", [b.conv("image", 3, 8)])
+    left = b.op("Relu", [b.conv(x, 8, 8)])
+    left = b.op("Relu", [b.conv(left, 8, 8)])
+    right = b.op("MaxPool", [b.conv(x, 8, 8, k=1)], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    joined = b.op("Concat", [left, right], axis=1)
+    y = b.op("Relu", [b.conv(joined, 16, 8, k=1)])
+    b.op("AveragePool", [y], out="features", kernel_shape=[2, 2], strides=[2, 2])
+    return b.model("two_branch", [f32("image", [1, 3, 24, 24])], [f32("features", [1, 8, 12, 12])])
+
+
+def mobilenet_block():
+    b = Builder(3)
+    lo, hi = b.const("clip_min", np.float32(0.0)), b.const("clip_max", np.float32(6.0))
+
+    def inverted_residual(x, c, expand):
+        h = b.op("Clip", [b.conv(x, c, c * expand, k=1), lo, hi])
+        h = b.op("Clip", [b.conv(h, c * expand, c * expand, k=3, group=c * expand), lo, hi])
+        h = b.conv(h, c * expand, c, k=1)
+        return b.op("Add", [x, h])
+
+    x = b.op("Clip", [b.conv("image", 3, 16, stride=2), lo, hi])
+    x = inverted_residual(x, 16, 4)
+    x = inverted_residual(x, 16, 4)
+    x = b.op("GlobalAveragePool", [x], out="pooled")
+    return b.model("mobilenet_block", [f32("image", [1, 3, 32, 32])], [f32("pooled", [1, 16, 1, 1])])
+
+
+def mlp():
+    b = Builder(4)
+    x = "features"
+    for cin, cout in [(64, 128), (128, 128)]:
+        x = b.op("Relu", [b.op("Gemm", [x, b.weight("w", [cout, cin]), b.weight("b", [cout], 0.1)], transB=1)])
+    x = b.op("Gemm", [x, b.weight("w", [10, 128]), b.weight("b", [10], 0.1)], transB=1)
+    b.op("Softmax", [x], out="probs", axis=-1)
+    return b.model("mlp", [f32("features", [1, 64])], [f32("probs", [1, 10])])
+
+
+def transformer_block():
+    b = Builder(5)
+    seq, hidden, heads = 16, 32, 4
+    head = hidden // heads
+
+    def layer_norm(x):
+        gamma = b.const("ln_gamma", (1.0 + 0.1 * b.rng.standard_normal(hidden)).astype(np.float32))
+        beta = b.const("ln_beta", (0.1 * b.rng.standard_normal(hidden)).astype(np.float32))
+        return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
+
+    def linear(x, cin, cout):
+        return b.op("Add", [b.op("MatMul", [x, b.weight("w", [cin, cout])]), b.weight("b", [cout], 0.1)])
+
+    split_shape = b.const("split_shape", np.array([1, seq, heads, head], dtype=np.int64))
+    merge_shape = b.const("merge_shape", np.array([1, seq, hidden], dtype=np.int64))
+
+    def to_heads(x, perm):
+        return b.op("Transpose", [b.op("Reshape", [x, split_shape])], perm=perm)
+
+    h = layer_norm("tokens")
+    q = to_heads(linear(h, hidden, hidden), [0, 2, 1, 3])
+    k = to_heads(linear(h, hidden, hidden), [0, 2, 3, 1])
+    v = to_heads(linear(h, hidden, hidden), [0, 2, 1, 3])
+    scale = b.const("scale", np.float32(1.0 / np.sqrt(head)))
+    scores = b.op("Mul", [b.op("MatMul", [q, k]), scale])
+    attn = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    attn = b.op("Reshape", [b.op("Transpose", [attn], perm=[0, 2, 1, 3]), merge_shape])
+    x = b.op("Add", ["tokens", linear(attn, hidden, hidden)])
+    h = layer_norm(x)
+    h = linear(h, hidden, 4 * hidden)
+    # GELU written out: 0.5 * h * (1 + erf(h / sqrt(2)))
+    half, one, root2 = b.const("half", np.float32(0.5)), b.const("one", np.float32(1.0)), b.const("root2", np.float32(np.sqrt(2.0)))
+    gelu = b.op("Mul", [b.op("Mul", [h, half]), b.op("Add", [b.op("Erf", [b.op("Div", [h, root2])]), one])])
+    b.op("Add", [x, linear(gelu, 4 * hidden, hidden)], out="encoded")
+    return b.model("transformer_block", [f32("tokens", [1, seq, hidden])], [f32("encoded", [1, seq, hidden])])
+
+
+def symbolic_batch():
+    b = Builder(6)
+    x = b.op("Relu", [b.conv("image", 3, 8)])
+    x = b.op("Relu", [b.conv(x, 8, 8, stride=2)])
+    x = b.op("GlobalAveragePool", [x])
+    x = b.op("Flatten", [x], axis=1)
+    b.op("Gemm", [x, b.weight("fc_w", [4, 8]), b.weight("fc_b", [4], 0.1)], out="scores", transB=1)
+    return b.model("symbolic_batch", [f32("image", ["N", 3, 16, 16])], [f32("scores", ["N", 4])])
+
+
+MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch]
+
+
+def run_once(path, model):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = [d if isinstance(d, int) else 2 for d in inp.shape]
+        feeds[inp.name] = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    session.run(None, feeds)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(here, "..", "testdata"), help="output directory")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for make in MODELS:
+        model = make()
+        path = os.path.join(args.out, make.__name__ + ".onnx")
+        onnx.save(model, path)
+        run_once(path, model)
+        print(f"{path}: {os.path.getsize(path):,} bytes")
+
+
+if __name__ == "__main__":
+    main()
