@@ -17,6 +17,9 @@ mod meta;
 mod read;
 mod write;
 
+#[cfg(test)]
+mod tests;
+
 pub use checksum::crc32;
 pub use contents::{
     AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,

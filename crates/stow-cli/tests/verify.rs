@@ -1,0 +1,144 @@
+//! `stow verify` passes on real plans and fails, naming the culprit, on
+//! plans and weights that were broken on purpose.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use stow_bundle::{BundleView, Region};
+
+fn verify(model: &Path, bundle: &Path) -> std::process::Output {
+    let mut args = vec![
+        "verify".to_string(),
+        model.display().to_string(),
+        bundle.display().to_string(),
+    ];
+    args.extend(model_args(model));
+    stow(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+}
+
+#[test]
+fn every_testdata_model_verifies_bit_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    for model in testdata_models() {
+        for strategy in ["naive", "greedy-size"] {
+            let out = dir.path().join("v.stow");
+            compile_and_inspect(&model, &out, &["--strategy", strategy]);
+            let o = verify(&model, &out);
+            assert!(
+                o.status.success(),
+                "{} ({strategy}): {}",
+                model.display(),
+                stderr(&o)
+            );
+            assert!(stdout(&o).starts_with("PASS"), "{}", stdout(&o));
+        }
+    }
+}
+
+/// Rewrites a bundle through the library, bypassing the planner's checker.
+fn rewrite(path: &Path, edit: impl FnOnce(&mut stow_bundle::Contents)) {
+    let bytes = std::fs::read(path).unwrap();
+    let view = BundleView::parse(&bytes).unwrap();
+    let mut contents = view.contents().clone();
+    let weights: Vec<Vec<u8>> = (0..contents.tensors.len())
+        .map(|i| {
+            view.weight_bytes(i as u32)
+                .map(|w| w.to_vec())
+                .unwrap_or_default()
+        })
+        .collect();
+    edit(&mut contents);
+    let refs: Vec<&[u8]> = weights.iter().map(|w| w.as_slice()).collect();
+    std::fs::write(path, stow_bundle::to_bytes(&contents, &refs).unwrap()).unwrap();
+}
+
+#[test]
+fn overlapping_tensor_is_caught_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("residual_cnn.onnx");
+    let out = dir.path().join("bad.stow");
+    compile_and_inspect(&model, &out, &[]);
+    let mut victim = String::new();
+    rewrite(&out, |c| {
+        // Two activations of equal size whose lifetimes overlap: put the
+        // later one onto the earlier one.
+        let arena: Vec<usize> = (0..c.tensors.len())
+            .filter(|&i| c.tensors[i].region == Region::Arena)
+            .collect();
+        let (a, b) = arena
+            .iter()
+            .flat_map(|&a| arena.iter().map(move |&b| (a, b)))
+            .find(|&(a, b)| {
+                let (ta, tb) = (&c.tensors[a], &c.tensors[b]);
+                a != b
+                    && ta.size == tb.size
+                    && ta.first_step < tb.first_step
+                    && tb.first_step < ta.last_step
+                    && ta.offset != tb.offset
+            })
+            .expect("two overlapping activations");
+        victim = c.tensors[a].name.clone();
+        c.tensors[b].offset = c.tensors[a].offset;
+    });
+    let o = verify(&model, &out);
+    assert!(!o.status.success(), "verify should fail");
+    let err = stderr(&o);
+    assert!(
+        err.contains("FAIL") && err.contains(&format!("`{victim}`")),
+        "should name {victim}: {err}"
+    );
+    assert!(err.contains("step"), "{err}");
+}
+
+#[test]
+fn corrupted_weight_byte_is_caught_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("mlp.onnx");
+    let out = dir.path().join("bad.stow");
+    compile_and_inspect(&model, &out, &[]);
+    let mut bytes = std::fs::read(&out).unwrap();
+    let (range, name) = {
+        let view = BundleView::parse(&bytes).unwrap();
+        let (id, t) = view
+            .contents()
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.region == Region::Weights)
+            .max_by_key(|(_, t)| t.size)
+            .unwrap();
+        let start =
+            view.weight_bytes(id as u32).unwrap().as_ptr() as usize - bytes.as_ptr() as usize;
+        (start..start + t.size as usize, t.name.clone())
+    };
+    bytes[range.start + 5] ^= 0x10;
+    std::fs::write(&out, &bytes).unwrap();
+    let o = verify(&model, &out);
+    assert!(!o.status.success(), "verify should fail");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("weight `{name}`")),
+        "should name {name}: {err}"
+    );
+    let o = stow(&["inspect", "--check", out.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("weights checksum"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn bundle_of_another_model_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp.stow");
+    compile_and_inspect(&testdata("mlp.onnx"), &out, &[]);
+    let o = verify(&testdata("residual_cnn.onnx"), &out);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("does not match the model"),
+        "{}",
+        stderr(&o)
+    );
+}
