@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Compile and verify every exported model; print a Markdown table.
+
+Columns: compile time (wall, whole `stow compile`), arena, lower bound,
+naive (no reuse), arena / lower bound, verify time (wall, whole `stow verify`).
+
+    python3 tools/export_models.py            # once, into $STOW_MODELS_DIR
+    cargo build --release -p stow-cli
+    python3 tools/bench_models.py --stow target/release/stow [--strategy greedy-size]
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stow", default="target/release/stow")
+    parser.add_argument("--models", default=os.environ.get("STOW_MODELS_DIR", os.path.expanduser("~/.cache/stowage/models")))
+    parser.add_argument("--strategy", default=None, help="passed to stow compile")
+    parser.add_argument("--no-verify", action="store_true")
+    args = parser.parse_args()
+    models = sorted(glob.glob(os.path.join(args.models, "*.onnx")))
+    if not models:
+        sys.exit(f"no models in {args.models}; run tools/export_models.py first")
+    print("| model | compile s | arena B | lower bound B | naive B | arena/bound | verify s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in models:
+            name = os.path.basename(model)[:-5]
+            bundle = os.path.join(tmp, name + ".stow")
+            cmd = [args.stow, "compile", model, "-o", bundle] + (["--strategy", args.strategy] if args.strategy else [])
+            started = time.time()
+            subprocess.run(cmd, check=True, capture_output=True)
+            compile_s = time.time() - started
+            j = json.loads(subprocess.run([args.stow, "inspect", "--json", bundle], check=True, capture_output=True).stdout)
+            verify_s = "-"
+            if not args.no_verify:
+                started = time.time()
+                v = subprocess.run([args.stow, "verify", model, bundle], capture_output=True, text=True)
+                verify_s = f"{time.time() - started:.2f}" if v.returncode == 0 else "FAIL: " + v.stderr.strip()[:80]
+            arena, bound, naive = j["arena_bytes"], j["lower_bound_bytes"], j["naive_bytes"]
+            print(f"| {name} | {compile_s:.2f} | {arena:,} | {bound:,} | {naive:,} | {arena / bound:.3f} | {verify_s} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
