@@ -1,7 +1,9 @@
 //! Turning a planned model into bundle contents.
 
 use anyhow::{bail, Result};
-use stow_bundle::{AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind};
+use stow_bundle::{
+    AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,
+};
 use stow_onnx::{ModelGraph, TensorRole};
 use stow_plan::Plan;
 
@@ -9,8 +11,8 @@ use stow_plan::Plan;
 pub struct PlannedModel<'a> {
     /// The model.
     pub graph: &'a ModelGraph,
-    /// For each planned buffer, its tensor id.
-    pub tensor_of: &'a [usize],
+    /// For each tensor, its planned buffer (`None` for weights).
+    pub buffer_of: &'a [Option<usize>],
     /// The plan.
     pub plan: &'a Plan,
     /// Arena size without reuse.
@@ -52,10 +54,11 @@ fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
 /// Bundle contents and per-tensor weight bytes (empty for arena tensors).
 pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u8]>)> {
     let g = p.graph;
-    let mut offset_of = vec![None; g.tensors.len()];
-    for (buffer, &tensor) in p.tensor_of.iter().enumerate() {
-        offset_of[tensor] = Some(p.plan.offsets[buffer]);
-    }
+    let offset_of: Vec<Option<u64>> = p
+        .buffer_of
+        .iter()
+        .map(|b| b.map(|b| p.plan.offsets[b]))
+        .collect();
     let mut tensors = Vec::with_capacity(g.tensors.len());
     let mut weights: Vec<&'g [u8]> = Vec::with_capacity(g.tensors.len());
     for (id, t) in g.tensors.iter().enumerate() {
@@ -87,7 +90,10 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u
             size: t.bytes,
             first_step: t.first_step,
             last_step: t.last_step,
-            alias_of: None,
+            alias_of: t.alias.map(|a| match a {
+                stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
+                stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
+            }),
         });
     }
     let ops = g

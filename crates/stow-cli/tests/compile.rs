@@ -2,53 +2,75 @@ mod common;
 
 use common::*;
 
-/// Independently of the planner: arena tensors whose step ranges overlap
-/// never share a byte, and every tensor ends inside the arena.
-fn assert_layout_valid(json: &serde_json::Value, what: &str) {
+/// Independently of the planner: tensors that share bytes on purpose (an
+/// alias chain) form one buffer; buffers whose step ranges overlap never
+/// share a byte, every tensor ends inside the arena, and the lower bound is
+/// the largest total of buffers live at one step.
+fn assert_layout_valid<'a>(json: &'a serde_json::Value, what: &str) {
+    use std::collections::HashMap;
     let arena = json["arena_bytes"].as_u64().unwrap();
     let bound = json["lower_bound_bytes"].as_u64().unwrap();
     assert!(
         arena >= bound,
         "{what}: arena {arena} below lower bound {bound}"
     );
-    let tensors: Vec<&serde_json::Value> = json["tensors"]
-        .as_array()
-        .unwrap()
+    let all = json["tensors"].as_array().unwrap();
+    let by_name: HashMap<&'a str, &'a serde_json::Value> = all
         .iter()
-        .filter(|t| t["region"] == "arena")
+        .map(|t| (t["name"].as_str().unwrap(), t))
         .collect();
-    assert!(!tensors.is_empty(), "{what}: no arena tensors");
     let f = |t: &serde_json::Value, k: &str| t[k].as_u64().unwrap();
-    let mut live_max = 0u64;
-    let last = tensors.iter().map(|t| f(t, "last_step")).max().unwrap();
-    for step in 0..=last {
-        let live: u64 = tensors
-            .iter()
-            .filter(|t| f(t, "first_step") <= step && step <= f(t, "last_step"))
-            .map(|t| f(t, "size"))
-            .sum();
-        live_max = live_max.max(live);
+    let root_of = |mut t: &'a serde_json::Value| {
+        while let Some(of) = t["alias_of"].as_str() {
+            let target = by_name[of];
+            assert_eq!(
+                t["offset"], target["offset"],
+                "{what}: {} aliases {of} at another offset",
+                t["name"]
+            );
+            t = target;
+        }
+        t["name"].as_str().unwrap().to_string()
+    };
+    // Per buffer: (offset, size, first step, last step).
+    let mut buffers: HashMap<String, (u64, u64, u64, u64)> = HashMap::new();
+    for t in all.iter().filter(|t| t["region"] == "arena") {
+        assert!(
+            f(t, "offset") + f(t, "size") <= arena,
+            "{what}: {} ends past the arena",
+            t["name"]
+        );
+        let e = buffers
+            .entry(root_of(t))
+            .or_insert((f(t, "offset"), 0, u64::MAX, 0));
+        e.1 = e.1.max(f(t, "size"));
+        e.2 = e.2.min(f(t, "first_step"));
+        e.3 = e.3.max(f(t, "last_step"));
     }
+    assert!(!buffers.is_empty(), "{what}: no arena tensors");
+    let buffers: Vec<(String, (u64, u64, u64, u64))> = buffers.into_iter().collect();
+    let last = buffers.iter().map(|b| b.1 .3).max().unwrap();
+    let live_max = (0..=last)
+        .map(|step| {
+            buffers
+                .iter()
+                .filter(|b| b.1 .2 <= step && step <= b.1 .3)
+                .map(|b| b.1 .1)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap();
     assert_eq!(
         live_max, bound,
         "{what}: lower bound is the largest live total"
     );
-    for (i, a) in tensors.iter().enumerate() {
-        assert!(
-            f(a, "offset") + f(a, "size") <= arena,
-            "{what}: {} ends past the arena",
-            a["name"]
-        );
-        for b in &tensors[i + 1..] {
-            let steps =
-                f(a, "first_step") <= f(b, "last_step") && f(b, "first_step") <= f(a, "last_step");
-            let bytes = f(a, "offset") < f(b, "offset") + f(b, "size")
-                && f(b, "offset") < f(a, "offset") + f(a, "size");
+    for (i, (na, a)) in buffers.iter().enumerate() {
+        for (nb, b) in &buffers[i + 1..] {
+            let steps = a.2 <= b.3 && b.2 <= a.3;
+            let bytes = a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
             assert!(
                 !(steps && bytes),
-                "{what}: {} and {} overlap in time and bytes",
-                a["name"],
-                b["name"]
+                "{what}: {na} and {nb} overlap in time and bytes"
             );
         }
     }
@@ -58,13 +80,21 @@ fn assert_layout_valid(json: &serde_json::Value, what: &str) {
 fn every_testdata_model_compiles_to_a_valid_layout() {
     let dir = tempfile::tempdir().unwrap();
     for model in testdata_models() {
-        for strategy in ["naive", "greedy-size"] {
-            let out = dir.path().join(format!(
-                "{}.{strategy}.stow",
-                model.file_stem().unwrap().to_string_lossy()
-            ));
-            let json = compile_and_inspect(&model, &out, &["--strategy", strategy]);
-            let what = format!("{} ({strategy})", model.display());
+        let reuse_configs: [&[&str]; 4] = [
+            &[],
+            &["--no-inplace", "--no-views"],
+            &["--no-views"],
+            &["--reuse-inputs"],
+        ];
+        for (strategy, reuse) in ["naive", "greedy-size"]
+            .iter()
+            .flat_map(|s| reuse_configs.iter().map(move |r| (*s, *r)))
+        {
+            let out = dir.path().join("layout.stow");
+            let mut args = vec!["--strategy", strategy];
+            args.extend_from_slice(reuse);
+            let json = compile_and_inspect(&model, &out, &args);
+            let what = format!("{} ({strategy} {reuse:?})", model.display());
             assert_layout_valid(&json, &what);
             assert_eq!(json["strategy"], strategy);
             for key in [

@@ -1,3 +1,4 @@
+use crate::alias::Alias;
 use crate::attrs::{attributes, Attr};
 use crate::dtype::element_type;
 use crate::error::{OnnxError, Stage};
@@ -48,6 +49,8 @@ pub struct TensorInfo {
     pub last_step: u32,
     /// tract node id and output slot that produce it.
     pub outlet: (usize, usize),
+    /// The earlier tensor whose bytes this one shares, if any.
+    pub alias: Option<Alias>,
 }
 
 /// One executed operator.
@@ -114,18 +117,42 @@ impl ModelGraph {
             .sum()
     }
 
-    /// The planning problem for the arena tensors, with offsets aligned to
-    /// `align`. Returns the problem and, for each buffer, its tensor id.
-    pub fn problem(&self, align: u64) -> (Problem, Vec<usize>) {
-        let mut buffers = Vec::new();
-        let mut tensor_of = Vec::new();
-        for (id, t) in self.tensors.iter().enumerate() {
-            if t.role.in_arena() {
-                buffers.push(Buffer::new(t.bytes, t.first_step, t.last_step + 1, align));
-                tensor_of.push(id);
-            }
+    /// The tensor at the root of `tensor`'s alias chain: the one that owns
+    /// the bytes.
+    pub fn alias_root(&self, mut tensor: usize) -> usize {
+        while let Some(a) = self.tensors[tensor].alias {
+            tensor = a.target();
         }
-        (Problem::new(buffers, ConflictModel::Lifetimes), tensor_of)
+        tensor
+    }
+
+    /// The planning problem for the arena, with offsets aligned to `align`:
+    /// one buffer per alias root, as large as its largest member and live
+    /// from its first member's first step to its last member's last step.
+    /// Returns the problem and, for every tensor, its buffer (`None` for
+    /// weights).
+    pub fn problem(&self, align: u64) -> (Problem, Vec<Option<usize>>) {
+        let mut buffers: Vec<Buffer> = Vec::new();
+        let mut buffer_of: Vec<Option<usize>> = vec![None; self.tensors.len()];
+        for (id, t) in self.tensors.iter().enumerate() {
+            if !t.role.in_arena() {
+                continue;
+            }
+            let root = self.alias_root(id);
+            let b = match buffer_of[root] {
+                Some(b) => b,
+                None => {
+                    buffers.push(Buffer::new(0, t.first_step, t.last_step + 1, align));
+                    buffers.len() - 1
+                }
+            };
+            buffer_of[id] = Some(b);
+            let buf = &mut buffers[b];
+            buf.size = buf.size.max(t.bytes);
+            buf.lifetime.start = buf.lifetime.start.min(t.first_step);
+            buf.lifetime.end = buf.lifetime.end.max(t.last_step + 1);
+        }
+        (Problem::new(buffers, ConflictModel::Lifetimes), buffer_of)
     }
 }
 
@@ -206,6 +233,7 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
             first_step: step,
             last_step: step,
             outlet: (outlet.node, outlet.slot),
+            alias: None,
         });
         weights.push(value);
         Ok(id)

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod alias;
 mod attrs;
 mod dtype;
 mod error;
@@ -17,6 +18,7 @@ mod inputs;
 mod load;
 mod shapes;
 
+pub use alias::{Alias, ReuseOptions};
 pub use attrs::Attr;
 pub use error::{OnnxError, Stage};
 pub use execute::{run_in_arena, run_reference, ArenaLayout, ArenaRun, Mismatch, POISON};

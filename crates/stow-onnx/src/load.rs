@@ -14,6 +14,8 @@ pub struct LoadOptions {
     pub inputs: Vec<InputShape>,
     /// Values for symbolic dimensions, by symbol name.
     pub dims: Vec<(String, i64)>,
+    /// Which byte sharing beyond lifetimes to apply.
+    pub reuse: crate::ReuseOptions,
 }
 
 /// Loads `path`, fixes its input shapes, declutters it and records every
@@ -67,7 +69,9 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
             .into_decluttered()
             .map_err(|e| OnnxError::tract(Stage::Declutter, e))
     })?;
-    contain(Stage::Analysis, || analyse(decluttered))
+    let mut graph = contain(Stage::Analysis, || analyse(decluttered))?;
+    crate::alias::find_aliases(&mut graph, options.reuse);
+    Ok(graph)
 }
 
 fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {

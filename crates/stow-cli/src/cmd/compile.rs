@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use stow_cli::build::{bundle_contents, PlannedModel};
-use stow_onnx::{parse_dim_arg, parse_input_arg, LoadOptions};
+use stow_onnx::{parse_dim_arg, parse_input_arg, Alias, LoadOptions, ReuseOptions};
 use stow_plan::{plan, PlanOptions, Strategy};
 
 /// Arguments of `stow compile`.
@@ -27,6 +27,33 @@ pub struct Args {
     /// Alignment of every arena offset in bytes (a power of two).
     #[arg(long, default_value_t = 64, value_parser = parse_align)]
     pub align: u64,
+    #[command(flatten)]
+    pub reuse: ReuseArgs,
+}
+
+/// Switches for sharing bytes beyond lifetimes.
+#[derive(clap::Args, Clone, Copy)]
+pub struct ReuseArgs {
+    /// Do not let element-wise ops write over their dead input.
+    #[arg(long)]
+    pub no_inplace: bool,
+    /// Do not let reshape-like ops share their input's bytes (copy instead).
+    #[arg(long)]
+    pub no_views: bool,
+    /// Let in-place ops overwrite graph inputs (the caller's input is lost).
+    #[arg(long)]
+    pub reuse_inputs: bool,
+}
+
+impl ReuseArgs {
+    /// The frontend's options.
+    pub fn options(self) -> ReuseOptions {
+        ReuseOptions {
+            inplace: !self.no_inplace,
+            views: !self.no_views,
+            reuse_inputs: self.reuse_inputs,
+        }
+    }
 }
 
 pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
@@ -39,6 +66,25 @@ pub(crate) fn parse_align(s: &str) -> Result<u64, String> {
         return Err(format!("{v} is not a power of two"));
     }
     Ok(v)
+}
+
+/// Frontend options from `--input`, `--dim` and the reuse switches.
+pub(crate) fn load_options(
+    inputs: &[String],
+    dims: &[String],
+    reuse: ReuseArgs,
+) -> Result<LoadOptions> {
+    Ok(LoadOptions {
+        inputs: inputs
+            .iter()
+            .map(|a| parse_input_arg(a))
+            .collect::<Result<_, _>>()?,
+        dims: dims
+            .iter()
+            .map(|a| parse_dim_arg(a))
+            .collect::<Result<_, _>>()?,
+        reuse: reuse.options(),
+    })
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -61,21 +107,10 @@ pub fn run(args: Args) -> Result<()> {
             );
         }
     }
-    let options = LoadOptions {
-        inputs: args
-            .inputs
-            .iter()
-            .map(|a| parse_input_arg(a))
-            .collect::<Result<_, _>>()?,
-        dims: args
-            .dims
-            .iter()
-            .map(|a| parse_dim_arg(a))
-            .collect::<Result<_, _>>()?,
-    };
+    let options = load_options(&args.inputs, &args.dims, args.reuse)?;
     let graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("compiling {}", args.model.display()))?;
-    let (problem, tensor_of) = graph.problem(args.align);
+    let (problem, buffer_of) = graph.problem(args.align);
     let chosen = plan(
         &problem,
         &PlanOptions {
@@ -99,7 +134,7 @@ pub fn run(args: Args) -> Result<()> {
         .unwrap_or_default();
     let planned = PlannedModel {
         graph: &graph,
-        tensor_of: &tensor_of,
+        buffer_of: &buffer_of,
         plan: &chosen,
         naive_bytes: naive.arena_bytes,
         align: args.align,
@@ -117,8 +152,19 @@ pub fn run(args: Args) -> Result<()> {
         bytes.len()
     );
     println!("  ops            {}", graph.ops.len());
+    let arena_tensors = buffer_of.iter().filter(|b| b.is_some()).count();
+    let in_place = graph
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.alias, Some(Alias::InPlace(_))))
+        .count();
+    let views = graph
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.alias, Some(Alias::View(_))))
+        .count();
     println!(
-        "  tensors        {} ({} in the arena)",
+        "  tensors        {} ({arena_tensors} in the arena: {} buffers, {in_place} in place, {views} views)",
         graph.tensors.len(),
         problem.buffers.len()
     );

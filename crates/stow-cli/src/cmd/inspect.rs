@@ -28,6 +28,14 @@ pub(crate) fn kind_name(k: TensorKind) -> &'static str {
     }
 }
 
+fn alias_kind_name(k: AliasKind) -> &'static str {
+    match k {
+        AliasKind::InPlace => "in_place",
+        AliasKind::View => "view",
+        AliasKind::ConcatSlice => "concat_slice",
+    }
+}
+
 pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
     let (kind, of) = t.alias_of?;
     let other = c
@@ -81,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
                     "first_step": t.first_step,
                     "last_step": t.last_step,
                     "alias_of": t.alias_of.map(|(_, of)| c.tensors[of as usize].name.clone()),
-                    "alias_kind": t.alias_of.map(|(k, _)| format!("{k:?}")),
+                    "alias_kind": t.alias_of.map(|(k, _)| alias_kind_name(k)),
                 })
             })
             .collect();

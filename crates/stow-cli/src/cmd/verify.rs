@@ -1,10 +1,11 @@
 //! `stow verify`: run the model inside the bundle's arena and compare with tract.
 
+use crate::cmd::compile::load_options;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Instant;
 use stow_bundle::Region;
-use stow_onnx::{parse_dim_arg, parse_input_arg, ArenaLayout, LoadOptions, ModelGraph, Tensor};
+use stow_onnx::{ArenaLayout, ModelGraph, Tensor};
 
 /// Arguments of `stow verify`.
 #[derive(clap::Args)]
@@ -23,6 +24,10 @@ pub struct Args {
     /// also holds `output_N.pb`, outputs are compared with them too.
     #[arg(long = "inputs", value_name = "DIR")]
     pub input_dir: Option<PathBuf>,
+    /// The reuse switches given to `stow compile`, so the model's tensors
+    /// line up with the bundle's.
+    #[command(flatten)]
+    pub reuse: crate::cmd::compile::ReuseArgs,
     /// Seed for random inputs when `--inputs` is not given.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -39,16 +44,20 @@ fn match_bundle(
 ) -> Result<Vec<Option<u64>>> {
     if c.tensors.len() != graph.tensors.len() {
         bail!(
-            "{bundle} does not match the model: {} tensors in the bundle, {} in the model (other model, or other --input/--dim?)",
+            "{bundle} does not match the model: {} tensors in the bundle, {} in the model (other model, or other --input/--dim/reuse flags?)",
             c.tensors.len(),
             graph.tensors.len()
         );
     }
     let mut offsets = Vec::with_capacity(c.tensors.len());
     for (id, (rec, info)) in c.tensors.iter().zip(&graph.tensors).enumerate() {
-        if rec.name != info.name || rec.size != info.bytes {
+        let alias = info.alias.map(|a| a.target() as u32);
+        if rec.name != info.name
+            || rec.size != info.bytes
+            || rec.alias_of.map(|(_, of)| of) != alias
+        {
             bail!(
-                "{bundle} does not match the model: tensor {id} is `{}` ({} bytes) in the bundle but `{}` ({} bytes) in the model",
+                "{bundle} does not match the model: tensor {id} is `{}` ({} bytes) in the bundle but `{}` ({} bytes) in the model, or shares other bytes (other --input/--dim/reuse flags?)",
                 rec.name,
                 rec.size,
                 info.name,
@@ -88,18 +97,7 @@ fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
 /// Runs `stow verify`.
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let options = LoadOptions {
-        inputs: args
-            .inputs
-            .iter()
-            .map(|a| parse_input_arg(a))
-            .collect::<Result<_, _>>()?,
-        dims: args
-            .dims
-            .iter()
-            .map(|a| parse_dim_arg(a))
-            .collect::<Result<_, _>>()?,
-    };
+    let options = load_options(&args.inputs, &args.dims, args.reuse)?;
     let graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bundle = stow_runtime::Bundle::open(&args.bundle)
