@@ -1,16 +1,176 @@
-//! `stow plan`: plan a raw buffer trace.
+//! `stow plan`: plan a raw buffer trace without a model.
+//!
+//! Two CSV forms are read (lines starting with `#` are comments):
+//! - intervals: `id,lower,upper,size` — live on steps `[lower, upper)`;
+//! - conflicts: `id,size,conflicts` — `conflicts` lists, space-separated,
+//!   the ids that may never share a byte with this one.
 
-use anyhow::Result;
-use std::path::PathBuf;
+use crate::cmd::compile::{human_bytes, parse_align, parse_strategy};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use stow_plan::{plan, Buffer, BufferId, ConflictModel, PlanOptions, Problem, Strategy};
 
 /// Arguments of `stow plan`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace to plan (CSV).
+    /// Trace to plan: `id,lower,upper,size` or `id,size,conflicts` CSV.
     pub input: PathBuf,
+    /// Planning strategy.
+    #[arg(long, default_value = "greedy-size", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+    /// Fail unless the arena fits in this many bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub capacity: Option<u64>,
+    /// Alignment of every offset in bytes (a power of two).
+    #[arg(long, default_value_t = 1, value_parser = parse_align)]
+    pub align: u64,
+    /// Write the input rows with an added `offset` column here.
+    #[arg(short, long, value_name = "OUT.csv")]
+    pub output: Option<PathBuf>,
+}
+
+/// A parsed trace: the problem, the original rows and ids.
+pub(crate) struct Trace {
+    pub problem: Problem,
+    pub header: String,
+    pub rows: Vec<String>,
+}
+
+/// Parses either CSV form; errors name the file and line.
+pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    let Some((_, header)) = lines.next() else {
+        bail!("{}: no header line", path.display())
+    };
+    let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+    let intervals = columns == ["id", "lower", "upper", "size"];
+    let conflicts = columns == ["id", "size", "conflicts"];
+    if !intervals && !conflicts {
+        bail!(
+            "{}: header `{header}` is neither `id,lower,upper,size` nor `id,size,conflicts`",
+            path.display()
+        );
+    }
+    let mut buffers = Vec::new();
+    let mut rows = Vec::new();
+    let mut ids: HashMap<String, usize> = HashMap::new();
+    let mut raw_conflicts: Vec<(usize, Vec<String>)> = Vec::new();
+    for (n, line) in lines {
+        let at = || format!("{}:{}", path.display(), n + 1);
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        if fields.len() != columns.len() {
+            bail!(
+                "{}: {} fields, expected {}",
+                at(),
+                fields.len(),
+                columns.len()
+            );
+        }
+        let num = |i: usize| -> Result<u64> {
+            fields[i].parse::<u64>().with_context(|| {
+                format!(
+                    "{}: `{}` in column {} is not a number",
+                    at(),
+                    fields[i],
+                    columns[i]
+                )
+            })
+        };
+        if ids.insert(fields[0].to_string(), buffers.len()).is_some() {
+            bail!("{}: id {} appears twice", at(), fields[0]);
+        }
+        if intervals {
+            let (lower, upper, size) = (num(1)?, num(2)?, num(3)?);
+            if upper < lower {
+                bail!("{}: upper {upper} is before lower {lower}", at());
+            }
+            let step = |v: u64| {
+                u32::try_from(v).with_context(|| format!("{}: step {v} is too large", at()))
+            };
+            buffers.push(Buffer::new(size, step(lower)?, step(upper)?, align));
+        } else {
+            buffers.push(Buffer::new(num(1)?, 0, 1, align));
+            raw_conflicts.push((
+                buffers.len() - 1,
+                fields[2].split_whitespace().map(String::from).collect(),
+            ));
+        }
+        rows.push(line.trim_end().to_string());
+    }
+    let model = if intervals {
+        ConflictModel::Lifetimes
+    } else {
+        let mut adjacency: Vec<Vec<BufferId>> = vec![Vec::new(); buffers.len()];
+        for (i, others) in raw_conflicts {
+            for other in others {
+                let j = *ids.get(&other).with_context(|| {
+                    format!(
+                        "{}: buffer {} conflicts with unknown id {other}",
+                        path.display(),
+                        i
+                    )
+                })?;
+                // The relation is symmetric even when the file lists a pair once.
+                if i != j && !adjacency[i].contains(&BufferId(j as u32)) {
+                    adjacency[i].push(BufferId(j as u32));
+                    adjacency[j].push(BufferId(i as u32));
+                }
+            }
+        }
+        ConflictModel::Explicit(adjacency)
+    };
+    Ok(Trace {
+        problem: Problem::new(buffers, model),
+        header: header.trim_end().to_string(),
+        rows,
+    })
 }
 
 /// Runs `stow plan`.
-pub fn run(_args: Args) -> Result<()> {
-    anyhow::bail!("stow plan is not built yet")
+pub fn run(args: Args) -> Result<()> {
+    let text = std::fs::read_to_string(&args.input)
+        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let trace = parse_trace(&args.input, &text, args.align)?;
+    let result = plan(
+        &trace.problem,
+        &PlanOptions {
+            strategy: args.strategy,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("planning {}", args.input.display()))?;
+    if let Some(capacity) = args.capacity {
+        if result.arena_bytes > capacity {
+            bail!(
+                "{}: {} needs {} bytes, {} more than the capacity of {capacity}",
+                args.input.display(),
+                result.strategy,
+                result.arena_bytes,
+                result.arena_bytes - capacity
+            );
+        }
+    }
+    if let Some(out) = &args.output {
+        let mut csv = format!("{},offset\n", trace.header);
+        for (row, offset) in trace.rows.iter().zip(&result.offsets) {
+            csv.push_str(&format!("{row},{offset}\n"));
+        }
+        stow_bundle::write_file(out, csv.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    println!(
+        "{} buffers, arena {}, lower bound {}, ratio {:.3}, strategy {}, optimal {}, {:.3} ms",
+        trace.problem.buffers.len(),
+        human_bytes(result.arena_bytes),
+        human_bytes(result.lower_bound),
+        result.ratio(),
+        result.strategy,
+        if result.optimal { "yes" } else { "no" },
+        result.stats.elapsed.as_secs_f64() * 1e3
+    );
+    Ok(())
 }
