@@ -24,10 +24,14 @@ def main():
     parser.add_argument("--models", default=os.environ.get("STOW_MODELS_DIR", os.path.expanduser("~/.cache/stowage/models")))
     parser.add_argument("--strategy", default=None, help="passed to stow compile")
     parser.add_argument("--no-verify", action="store_true")
+    parser.add_argument("--reuse-table", action="store_true",
+                        help="instead: arena with all reuse, without in-place, without views, lifetimes only")
     args = parser.parse_args()
     models = sorted(glob.glob(os.path.join(args.models, "*.onnx")))
     if not models:
         sys.exit(f"no models in {args.models}; run tools/export_models.py first")
+    if args.reuse_table:
+        return reuse_table(args, models)
     print("| model | compile s | arena B | lower bound B | naive B | arena/bound | verify s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,6 +50,24 @@ def main():
                 verify_s = f"{time.time() - started:.2f}" if v.returncode == 0 else "FAIL: " + v.stderr.strip()[:80]
             arena, bound, naive = j["arena_bytes"], j["lower_bound_bytes"], j["naive_bytes"]
             print(f"| {name} | {compile_s:.2f} | {arena:,} | {bound:,} | {naive:,} | {arena / bound:.3f} | {verify_s} |", flush=True)
+
+
+def reuse_table(args, models):
+    configs = [("all reuse", []), ("no in-place", ["--no-inplace"]), ("no views", ["--no-views"]),
+               ("lifetimes only", ["--no-inplace", "--no-views"])]
+    print("| model | " + " | ".join(f"{c} B" for c, _ in configs) + " | saved |")
+    print("|---|" + "---:|" * (len(configs) + 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        for model in models:
+            bundle = os.path.join(tmp, "m.stow")
+            arenas = []
+            for _, flags in configs:
+                subprocess.run([args.stow, "compile", model, "-o", bundle] + flags, check=True, capture_output=True)
+                j = json.loads(subprocess.run([args.stow, "inspect", "--json", bundle], check=True, capture_output=True).stdout)
+                arenas.append(j["arena_bytes"])
+            saved = 1 - arenas[0] / arenas[-1]
+            name = os.path.basename(model)[:-5]
+            print(f"| {name} | " + " | ".join(f"{a:,}" for a in arenas) + f" | {saved:.1%} |", flush=True)
 
 
 if __name__ == "__main__":
