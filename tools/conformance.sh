@@ -9,4 +9,5 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet onnx
 cd "$root"
 cargo build -q -p stow-cli
-"$venv/bin/python" tools/conformance.py --stow "$root/target/debug/stow" "$@"
+target="${CARGO_TARGET_DIR:-$root/target}"
+"$venv/bin/python" tools/conformance.py --stow "$target/debug/stow" "$@"
