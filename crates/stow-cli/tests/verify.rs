@@ -142,3 +142,36 @@ fn bundle_of_another_model_is_refused() {
         stderr(&o)
     );
 }
+
+#[test]
+fn npz_inputs_are_read_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.stow");
+    let model = testdata("two_branch.onnx");
+    compile_and_inspect(&model, &out, &[]);
+    let npz = testdata("two_branch.inputs.npz");
+    let o = stow(&[
+        "verify",
+        model.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--inputs",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The mlp expects `features`, which the archive does not hold.
+    let mlp = dir.path().join("m.stow");
+    compile_and_inspect(&testdata("mlp.onnx"), &mlp, &[]);
+    let o = stow(&[
+        "verify",
+        testdata("mlp.onnx").to_str().unwrap(),
+        mlp.to_str().unwrap(),
+        "--inputs",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no array named `features`"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -29,7 +29,7 @@ impl std::fmt::Display for Stage {
 #[derive(Debug, Error)]
 pub enum OnnxError {
     /// The model file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The model path.
         path: PathBuf,
@@ -37,11 +37,19 @@ pub enum OnnxError {
         source: std::io::Error,
     },
     /// The bytes are not a valid ONNX model.
-    #[error("{path} is not a valid ONNX model: {reason}")]
+    #[error("{} is not a valid ONNX model: {reason}", path.display())]
     NotOnnx {
         /// The model path.
         path: PathBuf,
         /// What the decoder said.
+        reason: String,
+    },
+    /// An input file (`.npz` archive or `TensorProto` file) cannot be used.
+    #[error("{}: {reason}", path.display())]
+    BadInputFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
         reason: String,
     },
     /// Operators tract cannot run; every one is listed.

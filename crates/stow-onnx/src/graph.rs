@@ -83,6 +83,10 @@ pub struct ModelGraph {
     pub inputs: Vec<usize>,
     /// Graph outputs by tensor id, in model order.
     pub outputs: Vec<usize>,
+    /// The execution order the steps follow.
+    pub order: ExecutionOrder,
+    /// Lower bound of the arena under each order tried, in the order tried.
+    pub order_bounds: Vec<(ExecutionOrder, u64)>,
     weights: Vec<Option<Arc<Tensor>>>,
     model: TypedModel,
 }
@@ -161,8 +165,36 @@ fn tract_err(e: impl std::fmt::Display) -> OnnxError {
 }
 
 /// Records tensors and ops of a decluttered model in tract's RAM-optimised order.
-pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
-    let order = model.eval_order_opt_ram().map_err(tract_err)?;
+/// An execution order to record the model in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecutionOrder {
+    /// tract's RAM-optimised order (`eval_order_opt_ram`).
+    TractRam,
+    /// tract's plain topological order (`eval_order`).
+    Topological,
+}
+
+impl ExecutionOrder {
+    /// Every order the frontend can try.
+    pub const ALL: [ExecutionOrder; 2] = [ExecutionOrder::TractRam, ExecutionOrder::Topological];
+
+    /// Name shown to users.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutionOrder::TractRam => "tract-ram",
+            ExecutionOrder::Topological => "topological",
+        }
+    }
+}
+
+/// Records tensors and ops of a decluttered model in the given order.
+pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelGraph, OnnxError> {
+    let order_used = order;
+    let order = match order {
+        ExecutionOrder::TractRam => model.eval_order_opt_ram(),
+        ExecutionOrder::Topological => model.eval_order(),
+    }
+    .map_err(tract_err)?;
     let input_outlets = model.input_outlets().map_err(tract_err)?.to_vec();
     let output_outlets = model.output_outlets().map_err(tract_err)?.to_vec();
     let is_input: HashSet<OutletId> = input_outlets.iter().copied().collect();
@@ -332,6 +364,8 @@ pub(crate) fn analyse(model: TypedModel) -> Result<ModelGraph, OnnxError> {
     }
     debug_assert!(is_input.len() == inputs.len());
     Ok(ModelGraph {
+        order: order_used,
+        order_bounds: Vec::new(),
         tensors,
         ops,
         inputs,

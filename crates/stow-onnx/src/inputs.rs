@@ -83,12 +83,12 @@ pub fn read_tensor_file(path: &Path) -> Result<Tensor, OnnxError> {
         source,
     })?;
     let proto =
-        tract_onnx::tensor::proto_from_reader(&bytes[..]).map_err(|e| OnnxError::NotOnnx {
+        tract_onnx::tensor::proto_from_reader(&bytes[..]).map_err(|e| OnnxError::BadInputFile {
             path: path.to_path_buf(),
             reason: format!("{e:#}"),
         })?;
     tract_onnx::tensor::load_tensor(&MmapDataResolver, &proto, None).map_err(|e| {
-        OnnxError::NotOnnx {
+        OnnxError::BadInputFile {
             path: path.to_path_buf(),
             reason: format!("{e:#}"),
         }
@@ -133,4 +133,52 @@ pub fn read_input_dir(graph: &ModelGraph, dir: &Path) -> Result<Vec<Tensor>, Onn
         )));
     }
     files.iter().map(|f| read_tensor_file(f)).collect()
+}
+
+/// Reads one array per graph input from a numpy `.npz` archive, by input
+/// name, or positionally (`arr_0`, `arr_1`, ... as `numpy.savez` names
+/// unnamed arrays).
+pub fn read_npz(graph: &ModelGraph, path: &Path) -> Result<Vec<Tensor>, OnnxError> {
+    let bad = |reason: String| OnnxError::BadInputFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut archive = npyz::npz::NpzArchive::open(path).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut out = Vec::with_capacity(graph.inputs.len());
+    for (ix, &tid) in graph.inputs.iter().enumerate() {
+        let name = &graph.tensors[tid].name;
+        let positional = format!("arr_{ix}");
+        let key = if archive.array_names().any(|n| n == name.as_str()) {
+            name.as_str()
+        } else {
+            positional.as_str()
+        };
+        let npy = archive
+            .by_name(key)
+            .map_err(|e| bad(e.to_string()))?
+            .ok_or_else(|| bad(format!("no array named `{name}` or `{positional}`")))?;
+        let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+        let descr = npy.dtype().descr();
+        let err = |e: std::io::Error| bad(format!("array `{name}`: {e}"));
+        let t = match descr.as_str() {
+            "'<f4'" => Tensor::from_shape(&shape, &npy.into_vec::<f32>().map_err(err)?),
+            "'<f8'" => Tensor::from_shape(&shape, &npy.into_vec::<f64>().map_err(err)?),
+            "'<i8'" => Tensor::from_shape(&shape, &npy.into_vec::<i64>().map_err(err)?),
+            "'<i4'" => Tensor::from_shape(&shape, &npy.into_vec::<i32>().map_err(err)?),
+            "'|i1'" => Tensor::from_shape(&shape, &npy.into_vec::<i8>().map_err(err)?),
+            "'|u1'" => Tensor::from_shape(&shape, &npy.into_vec::<u8>().map_err(err)?),
+            "'|b1'" => Tensor::from_shape(&shape, &npy.into_vec::<bool>().map_err(err)?),
+            other => {
+                return Err(bad(format!(
+                    "array `{name}` has numpy type {other}, which is not supported"
+                )))
+            }
+        }
+        .map_err(|e| bad(format!("array `{name}`: {e}")))?;
+        out.push(t);
+    }
+    Ok(out)
 }

@@ -1,5 +1,5 @@
 use crate::error::{contain, OnnxError, Stage};
-use crate::graph::{analyse, ModelGraph};
+use crate::graph::{analyse, ExecutionOrder, ModelGraph};
 use crate::shapes::InputShape;
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,8 +69,22 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
             .into_decluttered()
             .map_err(|e| OnnxError::tract(Stage::Declutter, e))
     })?;
-    let mut graph = contain(Stage::Analysis, || analyse(decluttered))?;
-    crate::alias::find_aliases(&mut graph, options.reuse);
+    // Record the model under every order; keep the one whose arena lower
+    // bound (after aliasing) is smallest, tract's RAM order on ties.
+    let mut best: Option<ModelGraph> = None;
+    let mut bounds = Vec::new();
+    for order in ExecutionOrder::ALL {
+        let mut graph = contain(Stage::Analysis, || analyse(decluttered.clone(), order))?;
+        crate::alias::find_aliases(&mut graph, options.reuse);
+        let bound = stow_plan::lower_bound(&graph.problem(1).0);
+        bounds.push((order, bound));
+        if best.as_ref().is_none_or(|b| bound < b.order_bounds[0].1) {
+            graph.order_bounds = vec![(order, bound)];
+            best = Some(graph);
+        }
+    }
+    let mut graph = best.ok_or_else(|| OnnxError::tract(Stage::Analysis, "no execution order"))?;
+    graph.order_bounds = bounds;
     Ok(graph)
 }
 

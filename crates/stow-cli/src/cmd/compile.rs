@@ -175,6 +175,16 @@ pub fn run(args: Args) -> Result<()> {
         chosen.strategy
     );
     println!("  lower bound    {}", human_bytes(chosen.lower_bound));
+    let orders: Vec<String> = graph
+        .order_bounds
+        .iter()
+        .map(|(order, bound)| format!("{} {}", order.name(), human_bytes(*bound)))
+        .collect();
+    println!(
+        "  order          {} (bounds: {})",
+        graph.order.name(),
+        orders.join(", ")
+    );
     println!("  naive          {}", human_bytes(naive.arena_bytes));
     println!("  arena / bound  {:.3}", chosen.ratio());
     println!(

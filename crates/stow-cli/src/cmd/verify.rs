@@ -20,9 +20,11 @@ pub struct Args {
     /// Give a symbolic dimension a value, as given to `stow compile` (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
-    /// A directory of `input_N.pb` tensors (ONNX test-case layout). When it
-    /// also holds `output_N.pb`, outputs are compared with them too.
-    #[arg(long = "inputs", value_name = "DIR")]
+    /// Inputs: a numpy `.npz` archive (arrays named after the inputs, or
+    /// `arr_0`, `arr_1`, ...), or a directory of `input_N.pb` tensors (ONNX
+    /// test-case layout); when the directory also holds `output_N.pb`,
+    /// outputs are compared with them too.
+    #[arg(long = "inputs", value_name = "FILE.npz|DIR")]
     pub input_dir: Option<PathBuf>,
     /// The reuse switches given to `stow compile`, so the model's tensors
     /// line up with the bundle's.
@@ -105,8 +107,8 @@ pub fn run(args: Args) -> Result<()> {
     let c = bundle.contents();
     let offsets = match_bundle(&graph, c, &args.bundle.display().to_string())?;
     let inputs = match &args.input_dir {
-        Some(dir) => stow_onnx::read_input_dir(&graph, dir)
-            .with_context(|| format!("reading inputs from {}", dir.display()))?,
+        Some(file) if file.is_file() => stow_onnx::read_npz(&graph, file)?,
+        Some(dir) => stow_onnx::read_input_dir(&graph, dir)?,
         None => stow_onnx::random_inputs(&graph, args.seed)?,
     };
     let weight = |id: usize| bundle.weight_bytes(id as u32);
@@ -151,7 +153,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let mut expected_note = String::new();
-    if let Some(dir) = &args.input_dir {
+    if let Some(dir) = args.input_dir.as_ref().filter(|d| d.is_dir()) {
         let files = stow_onnx::numbered_files(dir, "output")?;
         if !files.is_empty() {
             let mut worst = 0.0f64;
