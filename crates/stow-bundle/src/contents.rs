@@ -264,3 +264,46 @@ impl Tensor {
             .try_fold(self.dtype.size_bytes(), |acc, &d| acc.checked_mul(d))
     }
 }
+
+impl TensorKind {
+    /// Lower-case name (`input`, `output`, `activation`, `weight`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TensorKind::Input => "input",
+            TensorKind::Output => "output",
+            TensorKind::Activation => "activation",
+            TensorKind::Weight => "weight",
+        }
+    }
+}
+
+impl AliasKind {
+    /// Lower-case name (`in-place`, `view`, `concat-slice`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AliasKind::InPlace => "in-place",
+            AliasKind::View => "view",
+            AliasKind::ConcatSlice => "concat-slice",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A string that is not the name of a [`DType`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown element type `{0}` (expected one of f32, f16, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool)")]
+pub struct ParseDTypeError(pub String);
+
+impl std::str::FromStr for DType {
+    type Err = ParseDTypeError;
+
+    /// Parses the lower-case name (`f32`, `i64`, `bool`, ...).
+    fn from_str(s: &str) -> Result<DType, ParseDTypeError> {
+        DType::from_name(s).ok_or_else(|| ParseDTypeError(s.to_string()))
+    }
+}

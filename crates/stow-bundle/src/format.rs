@@ -1,11 +1,20 @@
 //! Fixed-size records of the bundle, exactly as they sit in the file
-//! (little-endian). See `docs/FORMAT.md` for the full layout.
+//! (little-endian, `#[repr(C)]` with no implicit padding, so the same
+//! structs work from C: see `include/stow_bundle.h`). The full byte layout
+//! and the validation rules are in `docs/FORMAT.md`.
 //!
 //! | offset | bytes | content |
 //! |---|---|---|
 //! | 0 | 64 | [`Header`] |
 //! | 64 | 32 × n | [`SectionEntry`] × `section_count` |
-//! | … | … | sections, each at a multiple of its alignment, zero padding between |
+//! | … | … | sections in table order, each at a multiple of its alignment, zero padding (shorter than the alignment) between, nothing after the last |
+//!
+//! Version 1 writes the sections TENSORS ([`TensorRecord`] × tensor count),
+//! STRINGS (names), SHAPES (u64 dimensions), METADATA (protobuf) and
+//! WEIGHTS (each weight at a multiple of [`WEIGHT_ALIGN`]), in that order.
+//! These structs are plain data: nothing here validates them; the reader
+//! copies them out with `bytemuck::pod_read_unaligned` and checks every
+//! field.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -30,6 +39,13 @@ pub const MAX_ITEMS: u32 = 1 << 24;
 /// `alias_of` value meaning "no alias".
 pub const NO_ALIAS: u32 = u32::MAX;
 
+/// Byte offset of [`Header::header_crc`] (taken as zero when computing it).
+pub const HEADER_CRC_OFFSET: usize = std::mem::offset_of!(Header, header_crc);
+/// Byte offset of [`Header::reserved`].
+pub const HEADER_RESERVED_OFFSET: usize = std::mem::offset_of!(Header, reserved);
+/// Byte offset of [`SectionEntry::reserved`] within an entry.
+pub const SECTION_RESERVED_OFFSET: usize = std::mem::offset_of!(SectionEntry, reserved);
+
 /// Section kinds.
 pub mod kind {
     /// Tensor records ([`super::TensorRecord`] × tensor count).
@@ -42,7 +58,8 @@ pub mod kind {
     pub const METADATA: u32 = 4;
     /// Weight bytes.
     pub const WEIGHTS: u32 = 5;
-    /// Every kind, in file order, with its alignment.
+    /// Every kind, in the order version 1 writes them, with its alignment.
+    /// All five are required.
     pub const ALL: [(u32, u64); 5] = [
         (TENSORS, 8),
         (STRINGS, 8),
@@ -51,7 +68,12 @@ pub mod kind {
         (WEIGHTS, 64),
     ];
 
-    /// A kind's name.
+    /// The alignment a known kind needs, `None` for unknown kinds.
+    pub fn required_align(kind: u32) -> Option<u64> {
+        ALL.iter().find(|(k, _)| *k == kind).map(|&(_, a)| a)
+    }
+
+    /// A kind's name (`unknown` for codes not listed here).
     pub fn name(kind: u32) -> &'static str {
         match kind {
             TENSORS => "tensors",
@@ -147,3 +169,6 @@ pub struct TensorRecord {
 const _: () = assert!(std::mem::size_of::<Header>() == HEADER_LEN);
 const _: () = assert!(std::mem::size_of::<SectionEntry>() == SECTION_ENTRY_LEN);
 const _: () = assert!(std::mem::size_of::<TensorRecord>() == TENSOR_RECORD_LEN);
+const _: () = assert!(HEADER_CRC_OFFSET == 28);
+const _: () = assert!(HEADER_RESERVED_OFFSET == 56);
+const _: () = assert!(SECTION_RESERVED_OFFSET == 28);

@@ -1,11 +1,19 @@
 //! The Stowage bundle format: one little-endian file holding a model's
-//! weights, every tensor's planned place, and the operator list.
+//! weights, every tensor's planned place in the activation arena, and the
+//! operator list.
 //!
-//! [`to_bytes`] encodes [`Contents`] plus weight bytes; [`BundleView::parse`]
-//! validates untrusted bytes completely before anything is handed out, after
-//! which every accessor borrows from the input without failing. The byte
-//! layout is specified in `docs/FORMAT.md`; [`format`] holds the fixed
-//! records C readers use.
+//! - [`to_bytes`] encodes [`Contents`] plus weight bytes (checking them as
+//!   a reader would, then parsing its own output); [`write_file`] writes
+//!   the result atomically.
+//! - [`BundleView::parse`] validates untrusted bytes completely before
+//!   anything is handed out; afterwards every accessor borrows from the
+//!   input and cannot fail. [`OwnedBundle`] does the same for a buffer it
+//!   owns (a memory map, a `Vec`).
+//!
+//! The byte layout is specified in `docs/FORMAT.md`; [`mod@format`] holds the
+//! fixed records (also in `include/stow_bundle.h` for C), [`proto`] the
+//! metadata messages of `proto/stow_bundle.proto`. Checksums are CRC-32
+//! ([`crc32`]), implemented in this crate.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -13,8 +21,14 @@ mod checksum;
 mod contents;
 mod error;
 pub mod format;
+mod header;
 mod meta;
+pub mod proto;
 mod read;
+mod records;
+mod sections;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod write;
 
 #[cfg(test)]
@@ -22,8 +36,10 @@ mod tests;
 
 pub use checksum::crc32;
 pub use contents::{
-    AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,
+    AliasKind, AttrValue, Contents, DType, Op, ParseDTypeError, Provenance, Region, Tensor,
+    TensorKind,
 };
 pub use error::BundleError;
-pub use read::{BundleView, HeaderInfo, SectionInfo};
+pub use read::{BundleView, HeaderInfo, OwnedBundle};
+pub use sections::SectionInfo;
 pub use write::{to_bytes, write_file};

@@ -1,167 +1,164 @@
+//! The writer: validates [`Contents`] and weight bytes, lays the file out
+//! deterministically (fixed section order, zero padding), parses its own
+//! output with the reader, and writes files atomically.
+
 use crate::checksum::crc32;
 use crate::contents::{Contents, Region};
 use crate::error::BundleError;
-use crate::format::*;
-use crate::meta;
+use crate::format::{
+    kind, Header, SectionEntry, HEADER_LEN, MAGIC, MAX_ITEMS, SECTION_ENTRY_LEN, VERSION,
+    WEIGHT_ALIGN,
+};
 use crate::read::BundleView;
+use crate::{header, meta, records};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-fn input(msg: String) -> BundleError {
-    BundleError::Input(msg)
+/// One section to lay out: `len` bytes, zero except for `pieces`
+/// (offset within the section, bytes).
+pub(crate) struct Body<'a> {
+    pub kind: u32,
+    pub align: u64,
+    pub len: u64,
+    pub pieces: Vec<(u64, &'a [u8])>,
 }
 
-fn pad_to(buf: &mut Vec<u8>, align: u64) {
-    while !(buf.len() as u64).is_multiple_of(align) {
-        buf.push(0);
+impl<'a> Body<'a> {
+    pub(crate) fn whole(kind: u32, align: u64, bytes: &'a [u8]) -> Body<'a> {
+        Body {
+            kind,
+            align,
+            len: bytes.len() as u64,
+            pieces: vec![(0, bytes)],
+        }
     }
 }
 
-/// Encodes `contents` with `weights[i]` as the bytes of tensor `i` when it
-/// is a weight (empty for arena tensors). Weight offsets are assigned here,
-/// each aligned to [`WEIGHT_ALIGN`]; the `offset` of weight tensors in
-/// `contents` is ignored. The result is parsed back and its weights
-/// checked before it is returned.
+fn usize_of(n: u64) -> usize {
+    // Only used for sizes of buffers that exist in memory.
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// Lays out `header` (whose `file_len`, `section_count` and `header_crc`
+/// are filled in here) and `bodies` in order, each at the next multiple of
+/// its alignment, with zero padding, and seals every checksum. Performs no
+/// validation: the caller decides what goes in.
+pub(crate) fn assemble(mut header: Header, bodies: &[Body<'_>]) -> Vec<u8> {
+    let table_end = HEADER_LEN + SECTION_ENTRY_LEN * bodies.len();
+    let mut total = table_end as u64;
+    for b in bodies {
+        total = total.next_multiple_of(b.align.max(1)) + b.len;
+    }
+    let mut out = Vec::with_capacity(usize_of(total));
+    out.resize(table_end, 0);
+    let mut entries = Vec::with_capacity(bodies.len());
+    for b in bodies {
+        let offset = (out.len() as u64).next_multiple_of(b.align.max(1));
+        out.resize(usize_of(offset), 0);
+        let start = out.len();
+        out.resize(start + usize_of(b.len), 0);
+        for &(at, piece) in &b.pieces {
+            let at = start + usize_of(at);
+            out[at..at + piece.len()].copy_from_slice(piece);
+        }
+        entries.push(SectionEntry {
+            kind: b.kind,
+            align: u32::try_from(b.align).unwrap_or(u32::MAX),
+            offset,
+            length: b.len,
+            crc: crc32(&out[start..]),
+            reserved: 0,
+        });
+    }
+    for (i, e) in entries.iter().enumerate() {
+        let at = HEADER_LEN + i * SECTION_ENTRY_LEN;
+        out[at..at + SECTION_ENTRY_LEN].copy_from_slice(bytemuck::bytes_of(e));
+    }
+    header.file_len = out.len() as u64;
+    header.section_count = u32::try_from(bodies.len()).unwrap_or(u32::MAX);
+    header.header_crc = 0;
+    out[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&header));
+    header.header_crc = header::header_crc(&out[..table_end]).unwrap_or(0);
+    out[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&header));
+    out
+}
+
+/// Encodes a bundle.
+///
+/// `weights[i]` holds the raw little-endian bytes of tensor `i` when it is
+/// a weight (`region == Region::Weights`, exactly `size` bytes) and is empty
+/// for arena tensors. The writer assigns weight offsets itself, in tensor
+/// order, each at the next multiple of [`WEIGHT_ALIGN`] in the weight
+/// section; the `offset` of weight tensors in `contents` is ignored and the
+/// assigned offsets are what the file (and a reader's `contents()`)
+/// carries. Arena offsets are kept as given.
+///
+/// The input must obey the same rules the reader enforces (see
+/// `docs/FORMAT.md`, "Validation"): counts within the caps, a power-of-two
+/// arena alignment, weights (and only weights) in the weight region, sizes
+/// equal to the shape's bytes, arena tensors inside `arena_bytes`,
+/// `first_step <= last_step`, and every tensor id (aliases, graph inputs
+/// and outputs, operator operands) in range. The output is deterministic,
+/// and is parsed back (weights checksum included) before it is returned.
 pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, BundleError> {
     let n = contents.tensors.len();
     if weights.len() != n {
-        return Err(input(format!(
-            "{} weight slices for {n} tensors",
-            weights.len()
-        )));
+        return Err(BundleError::WeightCount {
+            tensors: n,
+            slices: weights.len(),
+        });
     }
-    if n as u64 > MAX_ITEMS as u64 || contents.ops.len() as u64 > MAX_ITEMS as u64 {
-        return Err(input(format!(
-            "{n} tensors / {} ops exceed the limit of {MAX_ITEMS}",
-            contents.ops.len()
-        )));
+    for (what, count) in [("tensors", n), ("ops", contents.ops.len())] {
+        if count as u64 > u64::from(MAX_ITEMS) {
+            return Err(BundleError::TooMany {
+                what,
+                count: count as u64,
+                limit: MAX_ITEMS.into(),
+            });
+        }
     }
-    if contents.arena_align == 0 || !contents.arena_align.is_power_of_two() {
-        return Err(input(format!(
-            "arena alignment {} is not a power of two",
-            contents.arena_align
-        )));
+    if !contents.arena_align.is_power_of_two() {
+        return Err(BundleError::BadArenaAlign {
+            align: contents.arena_align,
+        });
     }
     let mut c = contents.clone();
-    let mut weight_section: Vec<u8> = Vec::new();
-    let mut strings: Vec<u8> = Vec::new();
-    let mut shapes: Vec<u8> = Vec::new();
-    let mut records: Vec<u8> = Vec::with_capacity(n * TENSOR_RECORD_LEN);
-    let mut dims_index = 0u64;
-    for (i, t) in c.tensors.iter_mut().enumerate() {
-        let want = t
-            .shape_bytes()
-            .ok_or_else(|| input(format!("tensor `{}`: shape size overflows", t.name)))?;
-        if want != t.size {
-            return Err(input(format!(
-                "tensor `{}`: size {} but its shape needs {want}",
-                t.name, t.size
-            )));
-        }
-        match t.region {
-            Region::Weights => {
-                if weights[i].len() as u64 != t.size {
-                    return Err(input(format!(
-                        "weight `{}`: {} bytes given, {} expected",
-                        t.name,
-                        weights[i].len(),
-                        t.size
-                    )));
-                }
-                pad_to(&mut weight_section, WEIGHT_ALIGN);
-                t.offset = weight_section.len() as u64;
-                weight_section.extend_from_slice(weights[i]);
-            }
-            Region::Arena => {
-                let end = t.offset.checked_add(t.size);
-                if end.is_none_or(|e| e > c.arena_bytes) {
-                    return Err(input(format!(
-                        "tensor `{}` ends past the arena of {} bytes",
-                        t.name, c.arena_bytes
-                    )));
-                }
-            }
-        }
-        if let Some((_, of)) = t.alias_of {
-            if of as usize >= n {
-                return Err(input(format!(
-                    "tensor `{}` aliases unknown tensor {of}",
-                    t.name
-                )));
-            }
-        }
-        let name_offset =
-            u32::try_from(strings.len()).map_err(|_| input("names exceed 4 GiB".into()))?;
-        strings.extend_from_slice(t.name.as_bytes());
-        let record = TensorRecord {
-            id: i as u32,
-            kind: t.kind as u32,
-            dtype: t.dtype as u32,
-            region: t.region as u32,
-            offset: t.offset,
-            size: t.size,
-            first_step: t.first_step,
-            last_step: t.last_step,
-            alias_kind: t.alias_of.map(|(k, _)| k as u32).unwrap_or(0),
-            alias_of: t.alias_of.map(|(_, of)| of).unwrap_or(NO_ALIAS),
-            name_offset,
-            name_len: t.name.len() as u32,
-            dims_index: u32::try_from(dims_index)
-                .map_err(|_| input("too many dimensions".into()))?,
-            rank: t.shape.len() as u32,
+    let mut pieces: Vec<(u64, &[u8])> = Vec::new();
+    let mut weights_len = 0u64;
+    for (index, (t, &w)) in c.tensors.iter_mut().zip(weights).enumerate() {
+        records::check_role(index, t)?;
+        let expected = match t.region {
+            Region::Weights => t.size,
+            Region::Arena => 0,
         };
-        records.extend_from_slice(bytemuck::bytes_of(&record));
-        for d in &t.shape {
-            shapes.extend_from_slice(&d.to_le_bytes());
+        if w.len() as u64 != expected {
+            return Err(BundleError::WeightBytes {
+                index,
+                name: t.name.clone(),
+                expected,
+                found: w.len() as u64,
+            });
         }
-        dims_index += t.shape.len() as u64;
-    }
-    for (o, op) in c.ops.iter().enumerate() {
-        for &id in op.inputs.iter().chain(&op.outputs) {
-            if id as usize >= n {
-                return Err(input(format!(
-                    "op {o} (`{}`) names unknown tensor {id}",
-                    op.name
-                )));
-            }
-        }
-    }
-    for &id in c.inputs.iter().chain(&c.outputs) {
-        if id as usize >= n {
-            return Err(input(format!(
-                "graph input/output names unknown tensor {id}"
-            )));
+        if t.region == Region::Weights {
+            t.offset = weights_len.next_multiple_of(WEIGHT_ALIGN);
+            pieces.push((t.offset, w));
+            // Bounded by the sum of slice lengths held in memory.
+            weights_len = t.offset + t.size;
         }
     }
+    for (index, t) in c.tensors.iter().enumerate() {
+        records::check_tensor(index, t, n, c.arena_bytes, weights_len)?;
+    }
+    meta::check_refs(&c)?;
+    let encoded = records::encode(&c.tensors)?;
     let metadata = meta::encode(&c);
-    let bodies: [(u32, u64, &[u8]); 5] = [
-        (kind::TENSORS, 8, &records),
-        (kind::STRINGS, 8, &strings),
-        (kind::SHAPES, 8, &shapes),
-        (kind::METADATA, 8, &metadata),
-        (kind::WEIGHTS, WEIGHT_ALIGN, &weight_section),
-    ];
-    let table_end = HEADER_LEN + SECTION_ENTRY_LEN * bodies.len();
-    let mut out = vec![0u8; table_end];
-    let mut entries = Vec::with_capacity(bodies.len());
-    for (k, align, body) in bodies {
-        pad_to(&mut out, align);
-        entries.push(SectionEntry {
-            kind: k,
-            align: align as u32,
-            offset: out.len() as u64,
-            length: body.len() as u64,
-            crc: crc32(body),
-            reserved: 0,
-        });
-        out.extend_from_slice(body);
-    }
-    let mut header = Header {
+    let header = Header {
         magic: MAGIC,
         version: VERSION,
         flags: 0,
-        file_len: out.len() as u64,
-        section_count: entries.len() as u32,
+        file_len: 0,
+        section_count: 0,
         header_crc: 0,
         arena_bytes: c.arena_bytes,
         arena_align: c.arena_align,
@@ -169,47 +166,76 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
         op_count: c.ops.len() as u32,
         reserved: [0; 8],
     };
-    for (i, e) in entries.iter().enumerate() {
-        let at = HEADER_LEN + i * SECTION_ENTRY_LEN;
-        out[at..at + SECTION_ENTRY_LEN].copy_from_slice(bytemuck::bytes_of(e));
-    }
-    out[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&header));
-    header.header_crc = crc32(&out[..table_end]);
-    out[..HEADER_LEN].copy_from_slice(bytemuck::bytes_of(&header));
+    let align = |k: u32| kind::required_align(k).unwrap_or(8);
+    let bodies = [
+        Body::whole(kind::TENSORS, align(kind::TENSORS), &encoded.records),
+        Body::whole(kind::STRINGS, align(kind::STRINGS), &encoded.strings),
+        Body::whole(kind::SHAPES, align(kind::SHAPES), &encoded.shapes),
+        Body::whole(kind::METADATA, align(kind::METADATA), &metadata),
+        Body {
+            kind: kind::WEIGHTS,
+            align: WEIGHT_ALIGN,
+            len: weights_len,
+            pieces,
+        },
+    ];
+    let out = assemble(header, &bodies);
     let view = BundleView::parse(&out)?;
     view.verify_weights()?;
     Ok(out)
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory
-/// and a rename, so a failure never leaves a partial file at `path`.
+/// Writes `bytes` to `path` atomically: into a new temporary file in the
+/// same directory (`.<name>.<pid>.<n>.tmp`), synced, then renamed over
+/// `path`. On any failure the temporary file is removed and `path` is left
+/// as it was. A missing parent directory gives
+/// [`BundleError::MissingDirectory`] naming it.
 pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
+        _ => PathBuf::from("."),
     };
     if !dir.is_dir() {
-        return Err(BundleError::MissingDirectory(dir));
+        return Err(BundleError::MissingDirectory {
+            path: path.to_path_buf(),
+            dir,
+        });
     }
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "bundle".into());
-    let tmp = dir.join(format!(".{file_name}.{}.tmp", std::process::id()));
     let io = |source| BundleError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
+    let name = path
+        .file_name()
+        .map_or_else(|| "bundle".into(), |n| n.to_string_lossy().into_owned());
+    let (tmp, mut file) = loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(e)),
+        }
+    };
+    let result = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| {
+            drop(file);
+            std::fs::rename(&tmp, path)
+        });
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(io(e));
+    }
+    // Make the rename itself durable where directories can be synced.
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
     }
     Ok(())
 }

@@ -1,13 +1,19 @@
-//! Device-side access to a bundle: map the file read-only, validate it once,
-//! then hand out its contents and zero-copy weight bytes.
+//! Device-side access to a bundle: map the file read-only, validate it
+//! once, then hand out its contents and zero-copy weight bytes.
+//!
+//! Validation is [`stow_bundle::BundleView::parse`]: everything but the
+//! weight checksum, which [`Bundle::verify_weights`] checks on request.
 #![deny(missing_docs)]
+// The memory map is the one unsafe operation; it is allowed where it
+// happens, with its safety argument.
+#![deny(unsafe_code)]
 
 use memmap2::Mmap;
 use std::path::{Path, PathBuf};
-use stow_bundle::{BundleError, BundleView, Contents, HeaderInfo, SectionInfo};
+use stow_bundle::{BundleError, BundleView, Contents, HeaderInfo, OwnedBundle, SectionInfo};
 use thiserror::Error;
 
-/// Why a bundle could not be opened.
+/// Why a bundle could not be opened or checked.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     /// The file could not be opened or mapped.
@@ -16,26 +22,24 @@ pub enum RuntimeError {
         /// The path.
         path: PathBuf,
         /// The error.
+        #[source]
         source: std::io::Error,
     },
-    /// The bytes are not a valid bundle.
+    /// The bytes are not a valid bundle (or the weight checksum failed).
     #[error("{} is not a valid bundle: {source}", path.display())]
     Invalid {
         /// The path.
         path: PathBuf,
         /// What validation found.
+        #[source]
         source: BundleError,
     },
 }
 
-/// A validated, memory-mapped bundle.
+/// A validated, read-only memory-mapped bundle.
+#[derive(Debug)]
 pub struct Bundle {
-    // Validated once in `open`; contents are copied out so no borrow of the
-    // mapping is stored next to it.
-    map: Mmap,
-    contents: Contents,
-    sections: Vec<SectionInfo>,
-    header: HeaderInfo,
+    inner: OwnedBundle<Mmap>,
     path: PathBuf,
 }
 
@@ -47,81 +51,64 @@ impl Bundle {
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the mapping is read-only and private to this process; the
-        // bundle format is validated before any byte is trusted. A process
-        // truncating the file while it is mapped could still fault, as with
-        // any mapped file; bundles are not meant to be edited in place.
+        // SAFETY: `Mmap::map` is unsafe because another process could
+        // modify or truncate the file while it is mapped, changing bytes
+        // under live `&[u8]` borrows. The mapping is read-only and private;
+        // bundles are written once through a temporary file and a rename
+        // (`stow_bundle::write_file`), never edited in place, so a mapped
+        // bundle does not change while this process holds it. Its contents
+        // are validated before any byte is trusted.
+        #[allow(unsafe_code)]
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let view = BundleView::parse(&map).map_err(|source| RuntimeError::Invalid {
+        let inner = OwnedBundle::new(map).map_err(|source| RuntimeError::Invalid {
             path: path.to_path_buf(),
             source,
         })?;
-        let contents = view.contents().clone();
-        let sections = view.sections().to_vec();
-        let header = view.header();
         Ok(Bundle {
-            map,
-            contents,
-            sections,
-            header,
+            inner,
             path: path.to_path_buf(),
         })
     }
 
+    /// A view of the validated bytes (no validation is repeated).
+    pub fn view(&self) -> BundleView<'_> {
+        self.inner.view()
+    }
+
     /// What the bundle holds.
     pub fn contents(&self) -> &Contents {
-        &self.contents
+        self.inner.contents()
     }
 
     /// Header fields.
     pub fn header(&self) -> HeaderInfo {
-        self.header
+        self.view().header()
     }
 
     /// Sections in file order.
     pub fn sections(&self) -> &[SectionInfo] {
-        &self.sections
+        self.inner.sections()
     }
 
-    /// The stored bytes of weight tensor `id`, borrowed from the mapping.
+    /// The stored bytes of weight tensor `id`, borrowed from the mapping
+    /// (`None` for arena tensors and unknown ids). The mapping starts on a
+    /// page boundary, so every weight slice is 64-byte aligned.
     pub fn weight_bytes(&self, id: u32) -> Option<&[u8]> {
-        let t = self.contents.tensors.get(id as usize)?;
-        if t.region != stow_bundle::Region::Weights {
-            return None;
-        }
-        let range = self.weight_range();
-        let start = range.start.checked_add(usize::try_from(t.offset).ok()?)?;
-        let end = start.checked_add(usize::try_from(t.size).ok()?)?;
-        self.map.get(start..end)
-    }
-
-    fn weight_range(&self) -> std::ops::Range<usize> {
-        self.sections
-            .iter()
-            .find(|s| s.kind == stow_bundle::format::kind::WEIGHTS)
-            .map(|s| s.offset as usize..(s.offset + s.length) as usize)
-            .unwrap_or(0..0)
+        self.view().weight_bytes(id)
     }
 
     /// Checks the weight checksum (reads every weight byte).
     pub fn verify_weights(&self) -> Result<(), RuntimeError> {
-        let stored = self
-            .sections
-            .iter()
-            .find(|s| s.kind == stow_bundle::format::kind::WEIGHTS)
-            .map(|s| s.crc)
-            .unwrap_or(0);
-        let computed = stow_bundle::crc32(self.map.get(self.weight_range()).unwrap_or(&[]));
-        if computed != stored {
-            return Err(RuntimeError::Invalid {
+        self.view()
+            .verify_weights()
+            .map_err(|source| RuntimeError::Invalid {
                 path: self.path.clone(),
-                source: BundleError::Checksum {
-                    what: "weights",
-                    stored,
-                    computed,
-                },
-            });
-        }
-        Ok(())
+                source,
+            })
+    }
+
+    /// The file this bundle was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }

@@ -1,0 +1,358 @@
+//! Cases for records, metadata, writer input and file writing.
+
+use crate::common::*;
+use stow_bundle::format::{kind, NO_ALIAS};
+use stow_bundle::testing::{refs, sample};
+use stow_bundle::{to_bytes, write_file, BundleError, Region};
+
+pub fn write_err(f: impl FnOnce(&mut stow_bundle::Contents, &mut Vec<Vec<u8>>)) -> BundleError {
+    let (mut c, mut w) = sample();
+    f(&mut c, &mut w);
+    to_bytes(&c, &refs(&w)).expect_err("writer input must be rejected")
+}
+
+pub fn bad_field() -> Vec<BundleError> {
+    let rec = |i, f: fn(&mut stow_bundle::format::TensorRecord)| err(&with_record(i, f));
+    macro_rules! field {
+        ($e:expr, $index:literal, $field:literal) => {
+            expect!(
+                $e,
+                BundleError::BadField {
+                    index: $index,
+                    field: $field,
+                    ..
+                }
+            )
+        };
+    }
+    vec![
+        field!(rec(0, |r| r.id = 3), 0, "id"),
+        field!(rec(0, |r| r.kind = 0), 0, "kind"),
+        field!(rec(0, |r| r.dtype = 99), 0, "dtype"),
+        field!(rec(0, |r| r.region = 9), 0, "region"),
+        field!(rec(0, |r| r.region = Region::Weights as u32), 0, "region"),
+        field!(rec(1, |r| r.region = Region::Arena as u32), 1, "region"),
+        field!(rec(0, |r| r.alias_kind = 9), 0, "alias_kind"),
+        field!(rec(0, |r| r.alias_of = 3), 0, "alias_of"),
+        field!(rec(4, |r| r.alias_of = 5), 4, "alias_of"),
+        field!(rec(4, |r| r.alias_of = NO_ALIAS), 4, "alias_of"),
+        field!(rec(0, |r| r.name_offset = 1), 0, "name_offset"),
+        field!(rec(4, |r| r.name_len = 1000), 4, "name_len"),
+        field!(rec(1, |r| r.dims_index = 0), 1, "dims_index"),
+        field!(rec(4, |r| r.rank = 100), 4, "rank"),
+        field!(rec(1, |r| r.offset = 8), 1, "offset"),
+        field!(
+            rec(2, |r| (r.first_step, r.last_step) = (2, 1)),
+            2,
+            "last_step"
+        ),
+        field!(
+            write_err(|c, w| {
+                c.tensors[0].kind = stow_bundle::TensorKind::Weight;
+                w[0] = vec![0; 32];
+            }),
+            0,
+            "region"
+        ),
+        field!(
+            write_err(|c, _| c.tensors[2].first_step = 9),
+            2,
+            "last_step"
+        ),
+        field!(
+            write_err(|c, _| c.tensors[2].alias_of = Some((stow_bundle::AliasKind::View, 5))),
+            2,
+            "alias_of"
+        ),
+    ]
+}
+
+pub fn out_of_region() -> Vec<BundleError> {
+    vec![
+        expect!(
+            err(&with_record(2, |r| r.offset = 120)),
+            BundleError::OutOfRegion {
+                index: 2,
+                region: "arena",
+                offset: 120,
+                size: 16,
+                limit: 128
+            }
+        ),
+        expect!(
+            err(&with_record(2, |r| r.offset = u64::MAX - 4)),
+            BundleError::OutOfRegion { index: 2, .. }
+        ),
+        expect!(
+            err(&with_record(3, |r| r.offset = 192)),
+            BundleError::OutOfRegion {
+                index: 3,
+                region: "weights",
+                limit: 152,
+                ..
+            }
+        ),
+        expect!(
+            write_err(|c, _| c.tensors[2].offset = 120),
+            BundleError::OutOfRegion {
+                index: 2,
+                region: "arena",
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn shape_size() -> Vec<BundleError> {
+    let huge = with_raw(|r| {
+        r.section_mut(kind::SHAPES).body[..8].copy_from_slice(&u64::MAX.to_le_bytes())
+    });
+    vec![
+        expect!(
+            err(&with_record(0, |r| r.size = 16)),
+            BundleError::ShapeSize {
+                index: 0,
+                size: 16,
+                expected: 32,
+                dtype: "f32",
+                ..
+            }
+        ),
+        expect!(
+            err(&huge),
+            BundleError::ShapeSize {
+                index: 0,
+                expected: u64::MAX,
+                ..
+            }
+        ),
+        expect!(
+            write_err(|c, _| c.tensors[0].size = 3),
+            BundleError::ShapeSize {
+                index: 0,
+                size: 3,
+                expected: 32,
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn bad_name() -> Vec<BundleError> {
+    let b = with_raw(|r| r.section_mut(kind::STRINGS).body[2] = 0xFF);
+    vec![expect!(
+        err(&b),
+        BundleError::BadName {
+            index: 2,
+            offset: 2
+        }
+    )]
+}
+
+pub fn metadata() -> Vec<BundleError> {
+    let garbage = with_raw(|r| r.section_mut(kind::METADATA).body = vec![0xFF; 16]);
+    let cut = with_raw(|r| {
+        let body = &mut r.section_mut(kind::METADATA).body;
+        body.truncate(body.len() - 1);
+    });
+    vec![
+        expect!(err(&garbage), BundleError::Metadata { length: 16, .. }),
+        expect!(err(&cut), BundleError::Metadata { .. }),
+    ]
+}
+
+pub fn metadata_vs_header() -> Vec<BundleError> {
+    vec![
+        expect!(
+            err(&with_meta(|m| {
+                m.tensors.pop();
+            })),
+            BundleError::MetadataVsHeader {
+                field: "tensor_count",
+                metadata: 4,
+                header: 5
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| {
+                m.ops.pop();
+            })),
+            BundleError::MetadataVsHeader {
+                field: "op_count",
+                metadata: 1,
+                header: 2
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.arena_bytes = 256)),
+            BundleError::MetadataVsHeader {
+                field: "arena_bytes",
+                metadata: 256,
+                header: 128
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.arena_align = 16)),
+            BundleError::MetadataVsHeader {
+                field: "arena_align",
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn metadata_vs_record() -> Vec<BundleError> {
+    let name = expect!(
+        err(&with_meta(|m| m.tensors[4].name = "z".into())),
+        BundleError::MetadataVsRecord {
+            index: 4,
+            field: "name",
+            ..
+        }
+    );
+    assert!(name.to_string().contains("\"y\"") && name.to_string().contains("\"z\""));
+    vec![
+        name,
+        expect!(
+            err(&with_meta(|m| m.tensors[1].shape = vec![4, 8])),
+            BundleError::MetadataVsRecord {
+                index: 1,
+                field: "shape",
+                ..
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.tensors[3].offset = 0)),
+            BundleError::MetadataVsRecord {
+                index: 3,
+                field: "offset",
+                ..
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.tensors[4].alias_kind = 0)),
+            BundleError::MetadataVsRecord {
+                index: 4,
+                field: "alias_kind",
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn bad_attribute() -> Vec<BundleError> {
+    vec![
+        expect!(
+            err(&with_meta(|m| m.ops[0].attributes[1].kind = 9)),
+            BundleError::BadAttribute { op: 0, kind: 9, .. }
+        ),
+        expect!(
+            err(&with_meta(|m| m.ops[0].attributes[1].ints.push(3))),
+            BundleError::BadAttribute {
+                op: 0,
+                kind: 1,
+                ints: 2,
+                ..
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.ops[1].attributes[1].floats.clear())),
+            BundleError::BadAttribute {
+                op: 1,
+                kind: 3,
+                floats: 0,
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn bad_tensor_ref() -> Vec<BundleError> {
+    let op = expect!(
+        err(&with_meta(|m| m.ops[0].inputs[1] = 42)),
+        BundleError::BadTensorRef {
+            id: 42,
+            count: 5,
+            ..
+        }
+    );
+    assert!(op.to_string().contains("op 0 (`mm`) inputs"), "{op}");
+    vec![
+        op,
+        expect!(
+            err(&with_meta(|m| m.outputs = vec![9])),
+            BundleError::BadTensorRef { id: 9, .. }
+        ),
+        expect!(
+            err(&with_meta(|m| m.inputs = vec![5])),
+            BundleError::BadTensorRef { id: 5, .. }
+        ),
+        expect!(
+            write_err(|c, _| c.ops[1].outputs = vec![17]),
+            BundleError::BadTensorRef { id: 17, .. }
+        ),
+    ]
+}
+
+pub fn weight_count() -> Vec<BundleError> {
+    let (c, w) = sample();
+    vec![expect!(
+        to_bytes(&c, &refs(&w)[..4]).unwrap_err(),
+        BundleError::WeightCount {
+            tensors: 5,
+            slices: 4
+        }
+    )]
+}
+
+pub fn weight_bytes() -> Vec<BundleError> {
+    vec![
+        expect!(
+            write_err(|_, w| w[1] = vec![1, 2, 3]),
+            BundleError::WeightBytes {
+                index: 1,
+                expected: 128,
+                found: 3,
+                ..
+            }
+        ),
+        expect!(
+            write_err(|_, w| w[0] = vec![1]),
+            BundleError::WeightBytes {
+                index: 0,
+                expected: 0,
+                found: 1,
+                ..
+            }
+        ),
+    ]
+}
+
+pub fn missing_directory() -> Vec<BundleError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no/such/x.stow");
+    let e = expect!(
+        write_file(&path, b"abc").unwrap_err(),
+        BundleError::MissingDirectory { dir: ref d, .. } if d == &dir.path().join("no/such")
+    );
+    assert!(e.to_string().contains("no/such"), "{e}");
+    vec![e]
+}
+
+pub fn io() -> Vec<BundleError> {
+    // The target is a directory: the rename fails after the temporary
+    // file was written, and the temporary file must go.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("x.stow");
+    std::fs::create_dir(&target).unwrap();
+    let e = expect!(
+        write_file(&target, &good()).unwrap_err(),
+        BundleError::Io { .. }
+    );
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["x.stow"], "temporary file left behind");
+    vec![e]
+}
