@@ -1,24 +1,35 @@
 //! The independent plan checker.
 //!
-//! Model: a plan is valid when every buffer's offset is a multiple of its
-//! alignment, a pinned buffer sits at its pin, every byte range
-//! `[offset, offset + size)` ends within the plan's arena size, and no two
-//! conflicting buffers with non-zero size share a byte. This module uses no
-//! strategy code: it sorts by offset and sweeps, so it is O(n log n + k) for
-//! k reported pairs under lifetimes.
+//! Model: a plan is valid when it has one offset and one pool per buffer;
+//! every offset is a multiple of the buffer's alignment; a pinned buffer
+//! sits at its pin (and in its pool); every byte range
+//! `[offset, offset + size)` ends within its pool's used bytes (the plan's
+//! arena size when the problem has no pools) and within the pool's
+//! capacity; and no two conflicting buffers with non-zero size in the same
+//! pool share a byte.
+//!
+//! This module uses no strategy code. Under lifetimes it sweeps time with
+//! the live byte ranges in an ordered map: while the live ranges are
+//! disjoint, a new range can only hit its predecessor or the ranges that
+//! start inside it, so a valid plan is confirmed in O(n log n). At the
+//! first overlap it falls back to comparing every pair of buffers whose
+//! ranges intersect, so that every violation is reported. Explicit graphs
+//! are checked edge by edge.
 
-use crate::problem::{BufferId, ConflictModel, Problem};
+use crate::problem::{BufferId, ConflictModel, PoolId, Problem};
 use crate::strategy::Plan;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// One way a plan breaks the rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
-    /// The plan has a different number of offsets than the problem has buffers.
+    /// The plan has a different number of offsets (or pools) than the
+    /// problem has buffers.
     WrongLength {
         /// Buffers in the problem.
         expected: usize,
-        /// Offsets in the plan.
+        /// Offsets (or pools) in the plan.
         found: usize,
     },
     /// An offset is not a multiple of the buffer's alignment.
@@ -39,14 +50,43 @@ pub enum Violation {
         /// Where it is.
         offset: u64,
     },
-    /// A buffer ends past the plan's arena size (or its end overflows).
+    /// A buffer is in a pool that does not exist, or not in the pool it is
+    /// pinned to.
+    WrongPool {
+        /// The buffer.
+        id: BufferId,
+        /// The pool it must be in, if pinned to one.
+        required: Option<PoolId>,
+        /// The pool the plan put it in.
+        found: PoolId,
+    },
+    /// A buffer ends past its pool's used bytes (or the arena size; or its
+    /// end overflows).
     OutOfArena {
         /// The buffer.
         id: BufferId,
         /// Its end offset (saturated).
         end: u64,
-        /// The arena size claimed by the plan.
+        /// The arena (or pool) size claimed by the plan.
         arena: u64,
+    },
+    /// A buffer ends past its pool's capacity.
+    OverCapacity {
+        /// The buffer.
+        id: BufferId,
+        /// The pool.
+        pool: PoolId,
+        /// Its end offset (saturated).
+        end: u64,
+        /// The pool's capacity.
+        capacity: u64,
+    },
+    /// The plan's arena size is not the sum of its pools' sizes.
+    ArenaMismatch {
+        /// Arena size claimed.
+        arena: u64,
+        /// Sum of the pools' sizes.
+        pools: u64,
     },
     /// Two conflicting buffers share bytes.
     Overlap {
@@ -61,7 +101,7 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Violation::WrongLength { expected, found } => {
-                write!(f, "plan has {found} offsets for {expected} buffers")
+                write!(f, "plan has {found} entries for {expected} buffers")
             }
             Violation::Misaligned { id, offset, align } => {
                 write!(
@@ -77,6 +117,20 @@ impl fmt::Display for Violation {
                     id.0
                 )
             }
+            Violation::WrongPool {
+                id,
+                required: Some(r),
+                found,
+            } => write!(
+                f,
+                "buffer {}: pinned to pool {} but placed in pool {}",
+                id.0, r.0, found.0
+            ),
+            Violation::WrongPool {
+                id,
+                required: None,
+                found,
+            } => write!(f, "buffer {}: pool {} does not exist", id.0, found.0),
             Violation::OutOfArena { id, end, arena } => {
                 write!(
                     f,
@@ -84,6 +138,20 @@ impl fmt::Display for Violation {
                     id.0
                 )
             }
+            Violation::OverCapacity {
+                id,
+                pool,
+                end,
+                capacity,
+            } => write!(
+                f,
+                "buffer {}: ends at {end}, past the capacity {capacity} of pool {}",
+                id.0, pool.0
+            ),
+            Violation::ArenaMismatch { arena, pools } => write!(
+                f,
+                "arena of {arena} bytes is not the {pools} bytes its pools add up to"
+            ),
             Violation::Overlap { a, b } => {
                 write!(f, "buffers {} and {} conflict but share bytes", a.0, b.0)
             }
@@ -94,15 +162,29 @@ impl fmt::Display for Violation {
 /// Checks `plan` against `problem`, reporting every violation found.
 pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
     let n = problem.buffers.len();
-    if plan.offsets.len() != n {
-        return Err(vec![Violation::WrongLength {
-            expected: n,
-            found: plan.offsets.len(),
-        }]);
+    for found in [plan.offsets.len(), plan.pool.len()] {
+        if found != n {
+            return Err(vec![Violation::WrongLength { expected: n, found }]);
+        }
     }
     let mut violations = Vec::new();
-    for (i, (b, &offset)) in problem.buffers.iter().zip(&plan.offsets).enumerate() {
+    let pooled = !problem.pools.is_empty();
+    if pooled {
+        let sum = plan
+            .pool_bytes
+            .iter()
+            .fold(0u64, |a, &b| a.saturating_add(b));
+        if plan.pool_bytes.len() != problem.pools.len() || sum != plan.arena_bytes {
+            violations.push(Violation::ArenaMismatch {
+                arena: plan.arena_bytes,
+                pools: sum,
+            });
+        }
+    }
+    for (i, b) in problem.buffers.iter().enumerate() {
         let id = BufferId(i as u32);
+        let offset = plan.offsets[i];
+        let pool = plan.pool[i];
         if b.align == 0 || offset % b.align != 0 {
             violations.push(Violation::Misaligned {
                 id,
@@ -115,43 +197,148 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
                 violations.push(Violation::Unpinned { id, pinned, offset });
             }
         }
-        match offset.checked_add(b.size) {
-            Some(end) if end <= plan.arena_bytes => {}
-            end => violations.push(Violation::OutOfArena {
+        let pools_declared = problem.pools.len().max(1);
+        let required = b.pool.filter(|_| pooled);
+        if pool.index() >= pools_declared || required.is_some_and(|r| r != pool) {
+            violations.push(Violation::WrongPool {
+                id,
+                required,
+                found: pool,
+            });
+            continue;
+        }
+        let limit = if pooled {
+            plan.pool_bytes.get(pool.index()).copied().unwrap_or(0)
+        } else {
+            plan.arena_bytes
+        };
+        let end = offset.checked_add(b.size);
+        if !end.is_some_and(|e| e <= limit) {
+            violations.push(Violation::OutOfArena {
                 id,
                 end: end.unwrap_or(u64::MAX),
-                arena: plan.arena_bytes,
-            }),
+                arena: limit,
+            });
         }
-    }
-    // Sweep over address: buffers sorted by offset; a buffer can only
-    // overlap those whose byte range is still open when it begins.
-    let mut by_offset: Vec<usize> = (0..n).filter(|&i| problem.buffers[i].size > 0).collect();
-    by_offset.sort_unstable_by_key(|&i| plan.offsets[i]);
-    let mut open: Vec<usize> = Vec::new();
-    for &i in &by_offset {
-        let start = plan.offsets[i];
-        open.retain(|&j| plan.offsets[j].saturating_add(problem.buffers[j].size) > start);
-        for &j in &open {
-            let conflict = match &problem.conflicts {
-                ConflictModel::Lifetimes => problem.buffers[i]
-                    .lifetime
-                    .overlaps(&problem.buffers[j].lifetime),
-                ConflictModel::Explicit(adj) => adj[i].contains(&BufferId(j as u32)),
-            };
-            if conflict {
-                let (a, b) = (i.min(j), i.max(j));
-                violations.push(Violation::Overlap {
-                    a: BufferId(a as u32),
-                    b: BufferId(b as u32),
+        if let Some(capacity) = problem.pools.get(pool.index()).and_then(|p| p.capacity) {
+            if !end.is_some_and(|e| e <= capacity) {
+                violations.push(Violation::OverCapacity {
+                    id,
+                    pool,
+                    end: end.unwrap_or(u64::MAX),
+                    capacity,
                 });
             }
         }
-        open.push(i);
     }
+    let mut overlaps = match &problem.conflicts {
+        ConflictModel::Lifetimes => {
+            if lifetimes_disjoint(problem, plan) {
+                Vec::new()
+            } else {
+                all_overlaps(problem, plan)
+            }
+        }
+        ConflictModel::Explicit(adj) => {
+            let mut found = Vec::new();
+            for (i, list) in adj.iter().enumerate() {
+                for j in list {
+                    let j = j.index();
+                    if j > i && j < n && shares_bytes(problem, plan, i, j) {
+                        found.push(pair(i, j));
+                    }
+                }
+            }
+            found
+        }
+    };
+    overlaps.sort_unstable();
+    overlaps.dedup();
+    violations.extend(
+        overlaps
+            .into_iter()
+            .map(|(a, b)| Violation::Overlap { a, b }),
+    );
     if violations.is_empty() {
         Ok(())
     } else {
         Err(violations)
     }
+}
+
+fn pair(i: usize, j: usize) -> (BufferId, BufferId) {
+    (BufferId(i.min(j) as u32), BufferId(i.max(j) as u32))
+}
+
+fn range(problem: &Problem, plan: &Plan, i: usize) -> (u64, u64) {
+    let o = plan.offsets[i];
+    (o, o.saturating_add(problem.buffers[i].size))
+}
+
+/// Same pool, both non-empty, byte ranges intersect.
+fn shares_bytes(problem: &Problem, plan: &Plan, i: usize, j: usize) -> bool {
+    let (a0, a1) = range(problem, plan, i);
+    let (b0, b1) = range(problem, plan, j);
+    plan.pool[i] == plan.pool[j] && a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1
+}
+
+/// True when no two time-overlapping buffers share bytes. Sweeps time;
+/// the live ranges of each pool are kept in a map keyed by start.
+fn lifetimes_disjoint(problem: &Problem, plan: &Plan) -> bool {
+    let mut events: Vec<(u32, bool, usize)> = Vec::new();
+    for (i, b) in problem.buffers.iter().enumerate() {
+        if b.size > 0 && b.lifetime.start < b.lifetime.end {
+            events.push((b.lifetime.start, true, i));
+            events.push((b.lifetime.end, false, i));
+        }
+    }
+    // At equal steps, ends (false) before starts: half-open lifetimes.
+    events.sort_unstable();
+    let mut live: BTreeMap<(u32, u64, usize), u64> = BTreeMap::new();
+    for (_, start, i) in events {
+        let (lo, hi) = range(problem, plan, i);
+        let pool = plan.pool[i].0;
+        if !start {
+            live.remove(&(pool, lo, i));
+            continue;
+        }
+        // The live range starting at or below `lo` with the highest start.
+        if let Some((&(p, _, _), &end)) = live.range(..=(pool, lo, usize::MAX)).next_back() {
+            if p == pool && end > lo {
+                return false;
+            }
+        }
+        // Any live range starting inside [lo, hi).
+        if let Some((&(p, s, _), _)) = live.range((pool, lo, 0)..).next() {
+            if p == pool && s < hi {
+                return false;
+            }
+        }
+        live.insert((pool, lo, i), hi);
+    }
+    true
+}
+
+/// Every conflicting pair sharing bytes: sweep by (pool, offset), comparing
+/// each buffer with the ranges still open when it begins.
+fn all_overlaps(problem: &Problem, plan: &Plan) -> Vec<(BufferId, BufferId)> {
+    let n = problem.buffers.len();
+    let mut by_offset: Vec<usize> = (0..n).filter(|&i| problem.buffers[i].size > 0).collect();
+    by_offset.sort_unstable_by_key(|&i| (plan.pool[i], plan.offsets[i]));
+    let mut open: Vec<usize> = Vec::new();
+    let mut found = Vec::new();
+    for &i in &by_offset {
+        let start = plan.offsets[i];
+        open.retain(|&j| plan.pool[j] == plan.pool[i] && range(problem, plan, j).1 > start);
+        for &j in &open {
+            if problem.buffers[i]
+                .lifetime
+                .overlaps(&problem.buffers[j].lifetime)
+            {
+                found.push(pair(i, j));
+            }
+        }
+        open.push(i);
+    }
+    found
 }

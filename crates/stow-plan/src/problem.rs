@@ -35,6 +35,47 @@ impl Interval {
     }
 }
 
+/// Dense pool id: the index of the pool in [`Problem::pools`], which is
+/// also its preference rank (pool 0 is tried first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PoolId(pub u32);
+
+impl PoolId {
+    /// The id as an index into [`Problem::pools`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A memory with its own address space, e.g. a small fast on-chip memory
+/// or a large slow one. Offsets of buffers placed in a pool are relative to
+/// the pool's start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pool {
+    /// Name used in reports and errors.
+    pub name: String,
+    /// Bytes available; `None` for a pool that may grow without limit.
+    pub capacity: Option<u64>,
+}
+
+impl Pool {
+    /// A pool of `capacity` bytes.
+    pub fn new(name: impl Into<String>, capacity: u64) -> Self {
+        Pool {
+            name: name.into(),
+            capacity: Some(capacity),
+        }
+    }
+
+    /// A pool without a capacity limit.
+    pub fn unbounded(name: impl Into<String>) -> Self {
+        Pool {
+            name: name.into(),
+            capacity: None,
+        }
+    }
+}
+
 /// One contiguous byte range to place in the arena.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Buffer {
@@ -46,8 +87,13 @@ pub struct Buffer {
     /// Steps during which the buffer is live. Used when the problem's
     /// [`ConflictModel`] is [`ConflictModel::Lifetimes`].
     pub lifetime: Interval,
-    /// A fixed offset the planner must keep.
+    /// A fixed offset the planner must keep (relative to the buffer's pool
+    /// when the problem has pools).
     pub pinned_offset: Option<u64>,
+    /// The pool the buffer must live in (M2's accelerator tensors); `None`
+    /// lets the planner choose the first pool in preference order where it
+    /// fits. Ignored when the problem declares no pools.
+    pub pool: Option<PoolId>,
 }
 
 impl Buffer {
@@ -58,6 +104,7 @@ impl Buffer {
             align,
             lifetime: Interval::new(start, end),
             pinned_offset: None,
+            pool: None,
         }
     }
 }
@@ -73,13 +120,17 @@ pub enum ConflictModel {
     Explicit(Vec<Vec<BufferId>>),
 }
 
-/// A planning problem: buffers and the rule that says which of them conflict.
+/// A planning problem: buffers, the rule that says which of them conflict,
+/// and optionally the memory pools they go into.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Problem {
     /// The buffers; a buffer's id is its index here.
     pub buffers: Vec<Buffer>,
     /// How conflicts are decided.
     pub conflicts: ConflictModel,
+    /// Memory pools in preference order. Empty: one arena whose capacity
+    /// is [`crate::PlanOptions::capacity`].
+    pub pools: Vec<Pool>,
 }
 
 /// A problem that breaks one of the documented preconditions.
@@ -126,12 +177,41 @@ pub enum ProblemError {
         /// The buffer.
         id: u32,
     },
+    /// A buffer names a pool the problem does not declare.
+    #[error("buffer {id}: pool {pool} does not exist ({pools} pools declared)")]
+    UnknownPool {
+        /// The buffer.
+        id: u32,
+        /// The pool it names.
+        pool: u32,
+        /// How many pools the problem declares.
+        pools: usize,
+    },
 }
 
 impl Problem {
     /// A problem over `buffers` with the given conflict rule.
     pub fn new(buffers: Vec<Buffer>, conflicts: ConflictModel) -> Self {
-        Problem { buffers, conflicts }
+        Problem {
+            buffers,
+            conflicts,
+            pools: Vec::new(),
+        }
+    }
+
+    /// The same problem with `pools` (in preference order).
+    pub fn with_pools(mut self, pools: Vec<Pool>) -> Self {
+        self.pools = pools;
+        self
+    }
+
+    /// True when buffer `id` can conflict with nothing: it has no bytes, or
+    /// (under lifetimes) it is never live.
+    pub(crate) fn is_trivial(&self, id: usize) -> bool {
+        let b = &self.buffers[id];
+        b.size == 0
+            || (matches!(self.conflicts, ConflictModel::Lifetimes)
+                && b.lifetime.start >= b.lifetime.end)
     }
 
     /// Checks the preconditions every strategy relies on.
@@ -163,6 +243,15 @@ impl Problem {
                     return Err(ProblemError::Overflow { id });
                 }
             }
+            if let Some(pool) = b.pool {
+                if !self.pools.is_empty() && pool.index() >= self.pools.len() {
+                    return Err(ProblemError::UnknownPool {
+                        id,
+                        pool: pool.0,
+                        pools: self.pools.len(),
+                    });
+                }
+            }
         }
         if let ConflictModel::Explicit(adj) = &self.conflicts {
             if adj.len() != self.buffers.len() {
@@ -172,9 +261,17 @@ impl Problem {
                     self.buffers.len()
                 )));
             }
+            let sorted: Vec<Vec<BufferId>> = adj
+                .iter()
+                .map(|l| {
+                    let mut l = l.clone();
+                    l.sort_unstable();
+                    l
+                })
+                .collect();
             for (i, list) in adj.iter().enumerate() {
                 for j in list {
-                    let Some(back) = adj.get(j.index()) else {
+                    let Some(back) = sorted.get(j.index()) else {
                         return Err(ProblemError::BadConflicts(format!(
                             "buffer {i} names unknown buffer {}",
                             j.0
@@ -185,7 +282,7 @@ impl Problem {
                             "buffer {i} conflicts with itself"
                         )));
                     }
-                    if !back.contains(&BufferId(i as u32)) {
+                    if back.binary_search(&BufferId(i as u32)).is_err() {
                         return Err(ProblemError::BadConflicts(format!(
                             "buffer {i} conflicts with {} but not the other way round",
                             j.0
@@ -247,5 +344,40 @@ impl Problem {
                 adj
             }
         }
+    }
+}
+
+impl Problem {
+    /// The problem restricted to `ids` (in that order), without pools:
+    /// buffer `k` of the result is buffer `ids[k]` of `self`.
+    pub(crate) fn subproblem(&self, ids: &[usize]) -> Problem {
+        let buffers = ids
+            .iter()
+            .map(|&i| Buffer {
+                pool: None,
+                ..self.buffers[i].clone()
+            })
+            .collect();
+        let conflicts = match &self.conflicts {
+            ConflictModel::Lifetimes => ConflictModel::Lifetimes,
+            ConflictModel::Explicit(adj) => {
+                let mut local = vec![u32::MAX; self.buffers.len()];
+                for (k, &i) in ids.iter().enumerate() {
+                    local[i] = k as u32;
+                }
+                ConflictModel::Explicit(
+                    ids.iter()
+                        .map(|&i| {
+                            adj[i]
+                                .iter()
+                                .filter(|j| local[j.index()] != u32::MAX)
+                                .map(|j| BufferId(local[j.index()]))
+                                .collect()
+                        })
+                        .collect(),
+                )
+            }
+        };
+        Problem::new(buffers, conflicts)
     }
 }

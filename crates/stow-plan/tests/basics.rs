@@ -19,6 +19,7 @@ fn chain() -> Problem {
             Buffer::new(100, 2, 4, 64),
         ],
         conflicts: ConflictModel::Lifetimes,
+        pools: Vec::new(),
     }
 }
 
@@ -86,6 +87,7 @@ fn explicit_conflicts_worked_example_bound_is_heaviest_clique() {
                 .map(|l| l.iter().map(|&i| BufferId(i - 1)).collect())
                 .collect(),
         ),
+        pools: Vec::new(),
     };
     assert_eq!(lower_bound(&p), 43);
     let g = plan(&p, &opts(Strategy::GreedySize)).unwrap();

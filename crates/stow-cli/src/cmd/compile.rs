@@ -1,10 +1,11 @@
 //! `stow compile`: ONNX model → memory-planned bundle.
 
+use crate::cmd::frontend::{load_options, ReuseArgs};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use stow_cli::build::{bundle_contents, PlannedModel};
-use stow_onnx::{parse_dim_arg, parse_input_arg, Alias, LoadOptions, ReuseOptions};
+use stow_onnx::Alias;
 use stow_plan::{plan, PlanOptions, Strategy};
 
 /// Arguments of `stow compile`.
@@ -31,31 +32,6 @@ pub struct Args {
     pub reuse: ReuseArgs,
 }
 
-/// Switches for sharing bytes beyond lifetimes.
-#[derive(clap::Args, Clone, Copy)]
-pub struct ReuseArgs {
-    /// Do not let element-wise ops write over their dead input.
-    #[arg(long)]
-    pub no_inplace: bool,
-    /// Do not let reshape-like ops share their input's bytes (copy instead).
-    #[arg(long)]
-    pub no_views: bool,
-    /// Let in-place ops overwrite graph inputs (the caller's input is lost).
-    #[arg(long)]
-    pub reuse_inputs: bool,
-}
-
-impl ReuseArgs {
-    /// The frontend's options.
-    pub fn options(self) -> ReuseOptions {
-        ReuseOptions {
-            inplace: !self.no_inplace,
-            views: !self.no_views,
-            reuse_inputs: self.reuse_inputs,
-        }
-    }
-}
-
 pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
     s.parse::<Strategy>().map_err(|e| e.to_string())
 }
@@ -66,25 +42,6 @@ pub(crate) fn parse_align(s: &str) -> Result<u64, String> {
         return Err(format!("{v} is not a power of two"));
     }
     Ok(v)
-}
-
-/// Frontend options from `--input`, `--dim` and the reuse switches.
-pub(crate) fn load_options(
-    inputs: &[String],
-    dims: &[String],
-    reuse: ReuseArgs,
-) -> Result<LoadOptions> {
-    Ok(LoadOptions {
-        inputs: inputs
-            .iter()
-            .map(|a| parse_input_arg(a))
-            .collect::<Result<_, _>>()?,
-        dims: dims
-            .iter()
-            .map(|a| parse_dim_arg(a))
-            .collect::<Result<_, _>>()?,
-        reuse: reuse.options(),
-    })
 }
 
 fn default_output(model: &Path) -> PathBuf {

@@ -9,6 +9,7 @@ macro_rules! say {
 }
 
 pub mod compile;
+pub mod frontend;
 pub mod inspect;
 pub mod plan;
 pub mod verify;

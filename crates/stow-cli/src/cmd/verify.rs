@@ -1,6 +1,6 @@
 //! `stow verify`: run the model inside the bundle's arena and compare with tract.
 
-use crate::cmd::compile::load_options;
+use crate::cmd::frontend::load_options;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,7 +29,7 @@ pub struct Args {
     /// The reuse switches given to `stow compile`, so the model's tensors
     /// line up with the bundle's.
     #[command(flatten)]
-    pub reuse: crate::cmd::compile::ReuseArgs,
+    pub reuse: crate::cmd::frontend::ReuseArgs,
     /// Seed for random inputs when `--inputs` is not given.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

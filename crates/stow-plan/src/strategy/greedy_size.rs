@@ -1,53 +1,48 @@
-use super::{align_up, ids, PlanError};
-use crate::problem::{BufferId, Problem};
+//! M1: largest first, best-fitting gap among the conflicting buffers
+//! already placed. O(n log n + Σ k log k) for lifetimes, where k is the
+//! number of placed buffers overlapping each buffer (see [`crate::index`]).
+
+use crate::index::{best_gap, PlacedIndex};
+use crate::problem::Problem;
 use std::cmp::Reverse;
 
 /// Largest first; each buffer takes the smallest gap between already placed
 /// conflicting buffers that holds it, or goes on top of them.
-pub(super) fn place(problem: &Problem) -> Result<Vec<u64>, PlanError> {
-    let n = problem.buffers.len();
-    let adj = problem.conflict_lists();
-    let mut offsets: Vec<Option<u64>> = problem.buffers.iter().map(|b| b.pinned_offset).collect();
-    let mut order: Vec<BufferId> = ids(n).filter(|id| offsets[id.index()].is_none()).collect();
-    order.sort_by_key(|id| {
-        let b = &problem.buffers[id.index()];
-        (Reverse(b.size), b.lifetime.start, id.0)
+pub(super) fn place(problem: &Problem) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..problem.buffers.len()).collect();
+    order.sort_unstable_by_key(|&i| {
+        let b = &problem.buffers[i];
+        (Reverse(b.size), b.lifetime.start, i)
     });
-    let mut taken: Vec<(u64, u64)> = Vec::new();
-    for id in order {
-        let b = &problem.buffers[id.index()];
-        taken.clear();
-        for other in &adj[id.index()] {
-            if let Some(o) = offsets[other.index()] {
-                let size = problem.buffers[other.index()].size;
-                if size > 0 {
-                    taken.push((o, o.saturating_add(size)));
-                }
-            }
-        }
-        taken.sort_unstable();
-        offsets[id.index()] = Some(best_gap(&taken, b.size, b.align)?);
-    }
-    Ok(offsets.into_iter().map(|o| o.unwrap_or(0)).collect())
+    place_in_order(problem, &order, |_, _| 0)
 }
 
-/// The aligned start of the tightest gap in `taken` (sorted by start) that
-/// holds `size` bytes, or the aligned top of everything taken.
-pub(crate) fn best_gap(taken: &[(u64, u64)], size: u64, align: u64) -> Result<u64, PlanError> {
-    let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-    let mut cursor = 0u64;
-    for &(start, end) in taken {
-        let at = align_up(cursor, align)?;
-        if start > at && start - at >= size {
-            let gap = start - cursor;
-            if best.is_none_or(|(g, _)| gap < g) {
-                best = Some((gap, at));
-            }
+/// Places pinned buffers at their pins, then `order` by best fit; `tie`
+/// ranks equal gaps (given the buffer and the one bounding the gap below).
+pub(super) fn place_in_order(
+    problem: &Problem,
+    order: &[usize],
+    mut tie: impl FnMut(usize, Option<u32>) -> u64,
+) -> Vec<u64> {
+    let mut index = PlacedIndex::new(problem);
+    for (i, b) in problem.buffers.iter().enumerate() {
+        if let Some(o) = b.pinned_offset {
+            index.place(i, o);
         }
-        cursor = cursor.max(end);
     }
-    match best {
-        Some((_, at)) => Ok(at),
-        None => align_up(cursor, align),
+    let mut taken = Vec::new();
+    for &i in order {
+        if index.is_placed(i) {
+            continue;
+        }
+        let b = &problem.buffers[i];
+        let offset = if problem.is_trivial(i) {
+            0
+        } else {
+            index.taken(i, &mut taken);
+            best_gap(&taken, b.size, b.align, |below| tie(i, below))
+        };
+        index.place(i, offset);
     }
+    index.into_offsets()
 }

@@ -1,8 +1,8 @@
-use super::{align_up, PlanError};
+use crate::index::up;
 use crate::problem::Problem;
 
 /// Every buffer after the previous one, pinned buffers at their pins.
-pub(super) fn place(problem: &Problem) -> Result<Vec<u64>, PlanError> {
+pub(super) fn place(problem: &Problem) -> Vec<u64> {
     let pinned_top = problem
         .buffers
         .iter()
@@ -16,9 +16,9 @@ pub(super) fn place(problem: &Problem) -> Result<Vec<u64>, PlanError> {
             offsets.push(o);
             continue;
         }
-        let at = align_up(next, b.align)?;
-        next = at.checked_add(b.size).ok_or(PlanError::Overflow)?;
+        let at = up(next, b.align);
+        next = at.saturating_add(b.size);
         offsets.push(at);
     }
-    Ok(offsets)
+    offsets
 }

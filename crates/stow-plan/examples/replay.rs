@@ -1,0 +1,80 @@
+//! Plans an interval trace (`id,lower,upper,size`) with every strategy, or
+//! a synthetic trace: `cargo run --release -p stow-plan --features testing
+//! --example replay -- FILE|synthetic:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]`.
+
+use std::time::{Duration, Instant};
+use stow_plan::{plan, PlanOptions, Strategy};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(input) = args.first() else {
+        eprintln!("usage: replay FILE|synthetic:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]");
+        std::process::exit(2);
+    };
+    let made = Instant::now();
+    let problem = if let Some(n) = input.strip_prefix("synthetic:") {
+        stow_plan::testing::synthetic_trace(1, n.parse().expect("a count"))
+    } else {
+        let text = std::fs::read_to_string(input).expect("readable file");
+        stow_plan::testing::parse_intervals(&text).expect("interval CSV")
+    };
+    eprintln!(
+        "{} buffers loaded in {:?}",
+        problem.buffers.len(),
+        made.elapsed()
+    );
+    let secs: f64 = args.get(1).map_or(1.0, |s| s.parse().expect("seconds"));
+    let capacity: Option<u64> = args.get(2).and_then(|s| {
+        if s == "-" {
+            None
+        } else {
+            Some(s.parse().expect("bytes"))
+        }
+    });
+    let strategies: Vec<Strategy> = if args.len() > 3 {
+        args[3..]
+            .iter()
+            .map(|s| s.parse().expect("strategy"))
+            .collect()
+    } else {
+        Strategy::ALL.to_vec()
+    };
+    for strategy in strategies {
+        let mut options = PlanOptions {
+            strategy,
+            time_limit: Duration::from_secs_f64(secs),
+            capacity,
+            ..Default::default()
+        };
+        // SEARCH_OFF=dominance,decompose turns search techniques off.
+        for name in std::env::var("SEARCH_OFF").unwrap_or_default().split(',') {
+            let f = &mut options.search;
+            match name {
+                "canonical" => f.canonical = false,
+                "section_inference" => f.section_inference = false,
+                "monotonic_floor" => f.monotonic_floor = false,
+                "dominance" => f.dominance = false,
+                "unallocated_floor" => f.unallocated_floor = false,
+                "decompose" => f.decompose = false,
+                "dynamic_ordering" => f.dynamic_ordering = false,
+                "hatless" => f.hatless = false,
+                _ => {}
+            }
+        }
+        let t = Instant::now();
+        match plan(&problem, &options) {
+            Ok(p) => println!(
+                "{:<17} arena {:>12} bound {:>12} ratio {:.4} optimal {:<5} {:>9.3} ms nodes {} winner {}",
+                strategy.name(),
+                p.arena_bytes,
+                p.lower_bound,
+                p.ratio(),
+                p.optimal,
+                t.elapsed().as_secs_f64() * 1e3,
+                p.stats.nodes,
+                p.strategy
+            ),
+            Err(e) => println!("{:<17} error: {e}", strategy.name()),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Several memories (M2): pool-pinned buffers go to their pool; the others
+//! go to the first pool, in preference order, where they still fit (largest
+//! first, best fit against the buffers already in that pool); the last pool
+//! takes whatever is left. Each pool's buffers are then planned again with
+//! the chosen strategy, keeping that layout when it fits and is smaller.
+
+use super::{arena_of, does_not_fit, plan_arena, Plan, PlanError, PlanOptions, PlanStats};
+use crate::index::{best_gap, PlacedIndex};
+use crate::problem::{PoolId, Problem};
+use std::cmp::Reverse;
+use std::time::Instant;
+
+pub(super) fn plan_pools(
+    problem: &Problem,
+    options: &PlanOptions,
+    bound: u64,
+    started: Instant,
+) -> Result<Plan, PlanError> {
+    let n = problem.buffers.len();
+    let pools = &problem.pools;
+    let mut pool_of: Vec<Option<usize>> = problem
+        .buffers
+        .iter()
+        .map(|b| b.pool.map(PoolId::index))
+        .collect();
+    let mut offsets = vec![0u64; n];
+    let mut pool_bytes = vec![0u64; pools.len()];
+    let mut strategy = options.strategy;
+    let mut stats = PlanStats::default();
+    let mut by_size: Vec<usize> = (0..n).collect();
+    by_size.sort_by_key(|&i| {
+        let b = &problem.buffers[i];
+        (Reverse(b.size), b.lifetime.start, i)
+    });
+    for (p, pool) in pools.iter().enumerate() {
+        let last = p + 1 == pools.len();
+        let cap = pool.capacity;
+        if last || cap.is_none() {
+            for slot in pool_of.iter_mut().filter(|s| s.is_none()) {
+                *slot = Some(p);
+            }
+        }
+        let pinned: Vec<usize> = (0..n).filter(|&i| pool_of[i] == Some(p)).collect();
+        // Lay out what must be here first.
+        let sub = problem.subproblem(&pinned);
+        let sub_bound = crate::lower_bound(&sub);
+        let first = plan_arena(&sub, options, cap, sub_bound, started)
+            .map_err(|e| rename(e, &pool.name))?;
+        let mut members = pinned.clone();
+        let mut layout: Vec<u64> = first.offsets.clone();
+        let mut chosen_stats = first.stats;
+        strategy = first.strategy;
+        if let Some(cap) = cap.filter(|_| !last) {
+            // Admit more buffers while they fit.
+            let mut index = PlacedIndex::new(problem);
+            for (k, &i) in pinned.iter().enumerate() {
+                index.place(i, layout[k]);
+            }
+            let mut taken = Vec::new();
+            for &i in &by_size {
+                if pool_of[i].is_some() {
+                    continue;
+                }
+                let b = &problem.buffers[i];
+                index.taken(i, &mut taken);
+                let at = match b.pinned_offset {
+                    Some(o) => {
+                        let end = o.saturating_add(b.size);
+                        if b.size > 0 && taken.iter().any(|t| t.start < end && o < t.end) {
+                            continue;
+                        }
+                        o
+                    }
+                    None if problem.is_trivial(i) => 0,
+                    None => best_gap(&taken, b.size, b.align, |_| 0),
+                };
+                if at.saturating_add(b.size) <= cap {
+                    index.place(i, at);
+                    pool_of[i] = Some(p);
+                    members.push(i);
+                    layout.push(at);
+                }
+            }
+            // Plan the pool's final members again with the chosen strategy.
+            if members.len() > pinned.len() {
+                let sub = problem.subproblem(&members);
+                let sub_bound = crate::lower_bound(&sub);
+                if let Ok(again) = plan_arena(&sub, options, Some(cap), sub_bound, started) {
+                    if arena_of(&sub, &again.offsets)? <= arena_of(&sub, &layout)? {
+                        layout = again.offsets;
+                        chosen_stats = again.stats;
+                        strategy = again.strategy;
+                    }
+                }
+            }
+        }
+        stats.nodes += chosen_stats.nodes;
+        stats.backtracks += chosen_stats.backtracks;
+        stats.limit_hit |= chosen_stats.limit_hit;
+        let sub = problem.subproblem(&members);
+        pool_bytes[p] = arena_of(&sub, &layout)?;
+        for (k, &i) in members.iter().enumerate() {
+            offsets[i] = layout[k];
+        }
+    }
+    let arena_bytes = pool_bytes
+        .iter()
+        .try_fold(0u64, |a, &b| a.checked_add(b))
+        .ok_or(PlanError::Overflow)?;
+    Ok(Plan {
+        offsets,
+        arena_bytes,
+        lower_bound: bound,
+        strategy,
+        optimal: arena_bytes <= bound,
+        stats,
+        pool: pool_of
+            .into_iter()
+            .map(|p| PoolId(p.expect("the last pool takes the rest") as u32))
+            .collect(),
+        pool_bytes,
+    })
+}
+
+/// Names the pool in a capacity error from the single-arena planner.
+fn rename(e: PlanError, pool: &str) -> PlanError {
+    match e {
+        PlanError::DoesNotFit {
+            needed, capacity, ..
+        } => does_not_fit(pool, needed, capacity),
+        other => other,
+    }
+}

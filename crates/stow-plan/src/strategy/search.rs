@@ -1,0 +1,360 @@
+//! Complete branch and bound for the smallest arena, after MiniMalloc.
+//!
+//! The search places one buffer at a time, always *on top of* the placed
+//! buffers it conflicts with (at the aligned maximum of their ends: its
+//! "min offset"). Every layout can be pushed down into such a compacted
+//! layout without growing, and a compacted layout is reached by placing its
+//! buffers in order of offset, so the search is complete. Its techniques
+//! (each a switch in [`SearchOptions`]):
+//!
+//! - **canonical**: placements happen in non-decreasing offset order, ties
+//!   in a fixed preorder, so each compacted layout is built once;
+//! - **section inference**: a *section* is a set of pairwise-conflicting
+//!   buffers (the buffers live during one elementary time segment, or a
+//!   clique of an explicit graph). Its unplaced buffers all sit above its
+//!   floor and stack, so `floor + unplaced bytes` must fit under the cap;
+//! - **monotonic floor**: with canonical order nothing unplaced goes below
+//!   the last placed offset, which raises every floor;
+//! - **unallocated floor**: a floor is at least the smallest min offset of
+//!   the section's unplaced buffers;
+//! - **dominance**: a candidate whose offset is at or above the top some
+//!   unplaced buffer would have at its min offset is skipped: that buffer
+//!   could be moved down into the room below, so an equal or better layout
+//!   is found in another branch;
+//! - **decompose**: independent parts (time cuts that no buffer crosses,
+//!   components of a conflict graph) are searched one by one;
+//! - **dynamic ordering**: candidates lowest offset first.
+//!
+//! The core is a decision procedure ([`dfs`]): is there a layout within a
+//! cap? Under lifetimes, when the placed buffers leave no unplaced buffer
+//! spanning some section boundary, the rest falls apart into sides that are
+//! solved one after the other (dynamic decomposition, part of `decompose`).
+//! Each decision run tries several static preorders in turn under a node
+//! limit that doubles when all of them run out.
+//!
+//! Minimising is a sequence of decisions between the best proven bound
+//! `lo` and the incumbent `hi` (first from a heuristic layout): the target
+//! (the lower bound, or the capacity) first; a cap that runs out of nodes
+//! is retried halfway up towards `hi`; a layout found lowers `hi`; a cap
+//! proven infeasible raises `lo`. The run stops when the incumbent meets
+//! the target, when `lo` meets `hi` (the incumbent is then proven optimal),
+//! or at the time or node limit.
+
+mod dfs;
+
+use super::{height, Attempt, PlanStats, SearchOptions, Strategy};
+use crate::problem::{ConflictModel, Problem};
+use crate::PlanOptions;
+use dfs::{Dfs, Outcome};
+use std::cmp::Reverse;
+use std::time::Instant;
+
+/// Parts larger than this keep their heuristic layout.
+const MAX_PART: usize = 20_000;
+
+pub(crate) fn run(
+    problem: &Problem,
+    options: &PlanOptions,
+    seed: Vec<u64>,
+    target: u64,
+    bound: u64,
+    deadline: Instant,
+) -> Attempt {
+    let n = problem.buffers.len();
+    let flags = options.search;
+    let mut offsets = seed;
+    let active: Vec<usize> = (0..n).filter(|&i| !problem.is_trivial(i)).collect();
+    for i in (0..n).filter(|&i| problem.is_trivial(i)) {
+        offsets[i] = problem.buffers[i].pinned_offset.unwrap_or(0);
+    }
+    let parts = if flags.decompose {
+        partitions(problem, &active)
+    } else {
+        vec![active]
+    };
+    let part_height = |offsets: &[u64], part: &[usize]| {
+        part.iter()
+            .map(|&i| offsets[i].saturating_add(problem.buffers[i].size))
+            .max()
+            .unwrap_or(0)
+    };
+    let mut order: Vec<(u64, usize)> = parts
+        .iter()
+        .enumerate()
+        .map(|(k, p)| (part_height(&offsets, p), k))
+        .collect();
+    order.sort_unstable_by_key(|&(h, k)| (Reverse(h), k));
+    let mut stats = PlanStats::default();
+    let mut reached = 0u64; // Highest final part height so far.
+    let mut proven_top = true; // Is the part that sets the height proven?
+    let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
+    for (_, k) in order {
+        let part = &parts[k];
+        let h = part_height(&offsets, part);
+        let goal = target.max(reached);
+        let mut proven = false;
+        if h > goal && part.len() <= MAX_PART && !stats.limit_hit {
+            let mut dfs = build(problem, part, flags);
+            let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
+            let (best, ended) = minimize(&mut dfs, seed, h, goal, deadline, &mut nodes_left);
+            stats.nodes += dfs.nodes;
+            stats.backtracks += dfs.backtracks;
+            stats.limit_hit |= ended == Ended::Limit;
+            proven = ended == Ended::Proven;
+            for (l, &g) in part.iter().enumerate() {
+                offsets[g] = best[l];
+            }
+        }
+        let h = part_height(&offsets, part);
+        if h > reached {
+            reached = h;
+            proven_top = proven;
+        } else if h == reached {
+            proven_top |= proven;
+        }
+    }
+    let arena = height(problem, &offsets);
+    Attempt {
+        offsets,
+        strategy: Strategy::Search,
+        proven_optimal: arena <= bound || (proven_top && arena == reached),
+        stats,
+    }
+}
+
+/// Independent parts of the non-trivial buffers.
+fn partitions(problem: &Problem, active: &[usize]) -> Vec<Vec<usize>> {
+    match &problem.conflicts {
+        ConflictModel::Lifetimes => {
+            let mut by_start = active.to_vec();
+            by_start.sort_unstable_by_key(|&i| (problem.buffers[i].lifetime.start, i));
+            let mut parts: Vec<Vec<usize>> = Vec::new();
+            let mut reach = 0u32;
+            for i in by_start {
+                let l = problem.buffers[i].lifetime;
+                match parts.last_mut() {
+                    Some(p) if l.start < reach => p.push(i),
+                    _ => parts.push(vec![i]),
+                }
+                reach = reach.max(l.end);
+            }
+            parts
+        }
+        ConflictModel::Explicit(_) => {
+            let adj = problem.conflict_lists();
+            let mut seen = vec![false; problem.buffers.len()];
+            let mut parts = Vec::new();
+            for &s in active {
+                if seen[s] {
+                    continue;
+                }
+                seen[s] = true;
+                let mut p = vec![s];
+                let mut k = 0;
+                while k < p.len() {
+                    for j in &adj[p[k]] {
+                        if !seen[j.index()] && !problem.is_trivial(j.index()) {
+                            seen[j.index()] = true;
+                            p.push(j.index());
+                        }
+                    }
+                    k += 1;
+                }
+                parts.push(p);
+            }
+            parts
+        }
+    }
+}
+
+/// A preorder: key letters compared in turn, each descending. `T`: the
+/// heaviest section the buffer is in; `W`: how many sections it spans;
+/// `A`: size × length; `L`: length; `Z`: size.
+#[derive(Clone, Copy)]
+pub(crate) struct Heuristic(&'static str);
+
+const HEURISTICS: [Heuristic; 5] = [
+    Heuristic("TWA"),
+    Heuristic("WAT"),
+    Heuristic("TAW"),
+    Heuristic("WTA"),
+    Heuristic("AWT"),
+];
+
+/// How [`minimize`] stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// No smaller layout exists.
+    Proven,
+    /// The layout is within the goal (the bound or the capacity), which
+    /// proves nothing about smaller layouts when the goal is a capacity.
+    GoalMet,
+    /// A time or node limit stopped the search.
+    Limit,
+}
+
+/// Lowers the height of one part from `seed` (of height `hi`) until it is
+/// at most `goal`. Returns the best layout and how the search ended.
+///
+/// Each round tries the bottom cap (the larger of the goal and the proven
+/// bound), then, for an anytime improvement, the cap halfway up to the
+/// incumbent, and doubles the node limit when both run out.
+fn minimize(
+    dfs: &mut Dfs,
+    seed: Vec<u64>,
+    mut hi: u64,
+    goal: u64,
+    deadline: Instant,
+    nodes_left: &mut u64,
+) -> (Vec<u64>, Ended) {
+    let mut best = seed;
+    let mut lo = dfs.lower_bound();
+    let mut limit = (4 * dfs.size.len() as u64).max(256);
+    loop {
+        for step in 0..2 {
+            if lo >= hi {
+                return (best, Ended::Proven);
+            }
+            if hi <= goal {
+                return (best, Ended::GoalMet);
+            }
+            if *nodes_left == 0 || Instant::now() >= deadline {
+                return (best, Ended::Limit);
+            }
+            let bottom = lo.max(goal);
+            let cap = if step == 0 {
+                bottom
+            } else {
+                bottom + (hi - bottom) / 2
+            };
+            if step == 1 && cap == bottom {
+                break;
+            }
+            match decide(dfs, cap, limit, deadline, nodes_left) {
+                Outcome::Found(layout) => {
+                    hi = layout
+                        .iter()
+                        .zip(&dfs.size)
+                        .map(|(o, s)| o + s)
+                        .max()
+                        .unwrap_or(0);
+                    best = layout;
+                    break;
+                }
+                Outcome::Infeasible(next) => {
+                    lo = next.max(cap + 1);
+                    break;
+                }
+                Outcome::Limit => {}
+            }
+            if step == 1 {
+                limit = limit.saturating_mul(2);
+            }
+        }
+    }
+}
+
+/// One decision, trying each preorder in turn under `limit` nodes.
+fn decide(dfs: &mut Dfs, cap: u64, limit: u64, deadline: Instant, nodes_left: &mut u64) -> Outcome {
+    let mut outcome = Outcome::Limit;
+    for h in HEURISTICS {
+        dfs.set_preorder(h);
+        let before = dfs.nodes;
+        outcome = dfs.decide(cap, limit.min(*nodes_left), deadline);
+        *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
+        if !matches!(outcome, Outcome::Limit) || *nodes_left == 0 {
+            break;
+        }
+    }
+    outcome
+}
+
+/// The search data of one part (buffer `k` of the part is `part[k]`).
+fn build(problem: &Problem, part: &[usize], flags: SearchOptions) -> Dfs {
+    let sub = problem.subproblem(part);
+    let adj: Vec<Vec<u32>> = sub
+        .conflict_lists()
+        .into_iter()
+        .map(|l| l.into_iter().map(|b| b.0).collect())
+        .collect();
+    let sections = sections(&sub, &adj);
+    let span = match sub.conflicts {
+        ConflictModel::Lifetimes => {
+            let mut span = vec![(u32::MAX, 0u32); part.len()];
+            for (s, members) in sections.iter().enumerate() {
+                for &i in members {
+                    let e = &mut span[i as usize];
+                    e.0 = e.0.min(s as u32);
+                    e.1 = e.1.max(s as u32 + 1);
+                }
+            }
+            Some(span)
+        }
+        ConflictModel::Explicit(_) => None,
+    };
+    let lengths = sub
+        .buffers
+        .iter()
+        .map(|b| u64::from(b.lifetime.end.saturating_sub(b.lifetime.start)))
+        .collect();
+    Dfs::new(
+        flags,
+        sub.buffers.iter().map(|b| b.size).collect(),
+        sub.buffers.iter().map(|b| b.align).collect(),
+        sub.buffers.iter().map(|b| b.pinned_offset).collect(),
+        adj,
+        sections,
+        span,
+        lengths,
+    )
+}
+
+/// Sets of pairwise-conflicting buffers covering every buffer: the live
+/// sets of elementary time segments, or greedy maximal cliques.
+fn sections(sub: &Problem, adj: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let m = sub.buffers.len();
+    match &sub.conflicts {
+        ConflictModel::Lifetimes => {
+            let mut points: Vec<u32> = sub
+                .buffers
+                .iter()
+                .flat_map(|b| [b.lifetime.start, b.lifetime.end])
+                .collect();
+            points.sort_unstable();
+            points.dedup();
+            let mut sections = vec![Vec::new(); points.len().saturating_sub(1)];
+            for (i, b) in sub.buffers.iter().enumerate() {
+                let lo = points.partition_point(|&p| p < b.lifetime.start);
+                let hi = points.partition_point(|&p| p < b.lifetime.end);
+                for s in &mut sections[lo..hi] {
+                    s.push(i as u32);
+                }
+            }
+            sections.retain(|s| !s.is_empty());
+            sections.dedup();
+            sections
+        }
+        ConflictModel::Explicit(_) => {
+            let size = |i: u32| sub.buffers[i as usize].size;
+            let mut cliques: Vec<Vec<u32>> = Vec::with_capacity(m);
+            for v in 0..m as u32 {
+                let mut cands = adj[v as usize].clone();
+                cands.sort_by_key(|&c| (Reverse(size(c)), c));
+                let mut clique = vec![v];
+                for c in cands {
+                    if clique
+                        .iter()
+                        .all(|&k| adj[k as usize].binary_search(&c).is_ok())
+                    {
+                        clique.push(c);
+                    }
+                }
+                clique.sort_unstable();
+                cliques.push(clique);
+            }
+            cliques.sort();
+            cliques.dedup();
+            cliques
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The decision procedure: is there a layout of one part within `cap`?
+//! Depth-first over canonical placements with every state change on a
+//! trail, so a failed branch is rolled back exactly.
+
+use super::{Heuristic, SearchOptions};
+use crate::index::up;
+use std::time::Instant;
+
+/// Result of one decision run.
+pub(super) enum Outcome {
+    /// A layout within the cap (offsets per local buffer).
+    Found(Vec<u64>),
+    /// The tree was exhausted: no layout within the cap exists, nor any
+    /// below the given height (the least bound seen on a pruned branch).
+    Infeasible(u64),
+    /// The node limit or the deadline stopped the run.
+    Limit,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Found,
+    NotFound,
+    Limit,
+}
+
+enum Change {
+    Min(u32, u64),
+    Floor(u32, u64),
+    Place(u32),
+}
+
+/// Static data of one part plus the mutable search state.
+pub(super) struct Dfs {
+    pub flags: SearchOptions,
+    pub size: Vec<u64>,
+    pub align: Vec<u64>,
+    pub pin: Vec<Option<u64>>,
+    pub adj: Vec<Vec<u32>>,
+    /// Members of each section (pairwise conflicting).
+    pub sections: Vec<Vec<u32>>,
+    /// Sections of each buffer.
+    pub of: Vec<Vec<u32>>,
+    /// Under lifetimes: each buffer's contiguous section range.
+    pub span: Option<Vec<(u32, u32)>>,
+    /// Preorder keys per buffer: (total, width, area, length, size).
+    pub keys: Vec<(u64, u64, u128, u64, u64)>,
+    by_rank: Vec<u32>,
+    rank: Vec<u32>,
+    offset: Vec<u64>,
+    placed: Vec<bool>,
+    min_off: Vec<u64>,
+    /// Unplaced neighbours of each buffer.
+    free_nbrs: Vec<u32>,
+    floor: Vec<u64>,
+    total: Vec<u64>,
+    /// `cuts[b]`: unplaced buffers spanning sections `b` and `b + 1`.
+    cuts: Vec<u32>,
+    trail: Vec<Change>,
+    affected: Vec<u32>,
+    mark: Vec<bool>,
+    cap: u64,
+    /// Least lower bound of a branch pruned for exceeding the cap.
+    overflow: u64,
+    deadline: Instant,
+    node_limit: u64,
+    pub nodes: u64,
+    pub backtracks: u64,
+}
+
+impl Dfs {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        flags: SearchOptions,
+        size: Vec<u64>,
+        align: Vec<u64>,
+        pin: Vec<Option<u64>>,
+        adj: Vec<Vec<u32>>,
+        sections: Vec<Vec<u32>>,
+        span: Option<Vec<(u32, u32)>>,
+        lengths: Vec<u64>,
+    ) -> Self {
+        let m = size.len();
+        let mut of = vec![Vec::new(); m];
+        let mut total = vec![0u64; sections.len()];
+        for (s, members) in sections.iter().enumerate() {
+            for &i in members {
+                of[i as usize].push(s as u32);
+                total[s] = total[s].saturating_add(size[i as usize]);
+            }
+        }
+        let keys = (0..m)
+            .map(|i| {
+                let heaviest = of[i].iter().map(|&s| total[s as usize]).max().unwrap_or(0);
+                (
+                    heaviest,
+                    of[i].len() as u64,
+                    u128::from(size[i]) * u128::from(lengths[i].max(1)),
+                    lengths[i],
+                    size[i],
+                )
+            })
+            .collect();
+        let mut cuts = vec![0u32; sections.len().saturating_sub(1)];
+        if let Some(span) = &span {
+            for &(lo, hi) in span {
+                for c in &mut cuts[lo as usize..(hi as usize).saturating_sub(1)] {
+                    *c += 1;
+                }
+            }
+        }
+        Dfs {
+            flags,
+            of,
+            keys,
+            by_rank: (0..m as u32).collect(),
+            rank: (0..m as u32).collect(),
+            offset: vec![0; m],
+            placed: vec![false; m],
+            min_off: vec![0; m],
+            free_nbrs: adj.iter().map(|l| l.len() as u32).collect(),
+            floor: vec![0; sections.len()],
+            mark: vec![false; sections.len()],
+            total,
+            cuts,
+            trail: Vec::new(),
+            affected: Vec::new(),
+            size,
+            align,
+            pin,
+            adj,
+            sections,
+            span,
+            cap: 0,
+            overflow: u64::MAX,
+            deadline: Instant::now(),
+            node_limit: 0,
+            nodes: 0,
+            backtracks: 0,
+        }
+    }
+
+    /// Lowest possible height: the heaviest section, the pinned ends.
+    pub fn lower_bound(&self) -> u64 {
+        let sections = self.total.iter().copied().max().unwrap_or(0);
+        let pins = (0..self.size.len())
+            .filter_map(|i| self.pin[i].map(|p| p.saturating_add(self.size[i])))
+            .max()
+            .unwrap_or(0);
+        sections.max(pins)
+    }
+
+    /// Sets the static preorder used for canonical ties and, without
+    /// dynamic ordering, for the candidate order.
+    pub fn set_preorder(&mut self, h: Heuristic) {
+        let keys = &self.keys;
+        self.by_rank.sort_by(|&a, &b| {
+            let (ka, kb) = (keys[a as usize], keys[b as usize]);
+            for c in h.0.chars() {
+                let o = match c {
+                    'T' => kb.0.cmp(&ka.0),
+                    'W' => kb.1.cmp(&ka.1),
+                    'A' => kb.2.cmp(&ka.2),
+                    'L' => kb.3.cmp(&ka.3),
+                    _ => kb.4.cmp(&ka.4),
+                };
+                if o.is_ne() {
+                    return o;
+                }
+            }
+            a.cmp(&b)
+        });
+        for (r, &i) in self.by_rank.iter().enumerate() {
+            self.rank[i as usize] = r as u32;
+        }
+    }
+
+    /// Looks for a layout no higher than `cap`, visiting at most
+    /// `node_limit` nodes. Leaves the state as it found it.
+    pub fn decide(&mut self, cap: u64, node_limit: u64, deadline: Instant) -> Outcome {
+        self.cap = cap;
+        self.overflow = u64::MAX;
+        self.node_limit = self.nodes.saturating_add(node_limit);
+        self.deadline = deadline;
+        let all: Vec<u32> = (0..self.size.len() as u32).collect();
+        let range = (0, self.sections.len() as u32);
+        let outcome = match self.dfs(&all, range, 0, 0) {
+            Flow::Found => Outcome::Found(self.offset.clone()),
+            Flow::NotFound => Outcome::Infeasible(self.overflow),
+            Flow::Limit => Outcome::Limit,
+        };
+        self.undo_to(0);
+        outcome
+    }
+
+    fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last_rank: u32) -> Flow {
+        if self.nodes >= self.node_limit
+            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
+        {
+            return Flow::Limit;
+        }
+        self.nodes += 1;
+        let canonical = self.flags.canonical;
+        let hatless = canonical && self.flags.hatless;
+        let mut cands: Vec<(u64, u32)> = Vec::with_capacity(bufs.len());
+        let mut min_height = u64::MAX;
+        for &i in bufs {
+            let i = i as usize;
+            if self.placed[i] {
+                continue;
+            }
+            let off = match self.pin[i] {
+                Some(p) => {
+                    if self.min_off[i] > p || (canonical && p < cur) {
+                        return Flow::NotFound; // The pin is no longer reachable.
+                    }
+                    p
+                }
+                None => {
+                    let m = self.min_off[i];
+                    if hatless
+                        && self.free_nbrs[i] == 0
+                        && (m < cur || (m == cur && self.rank[i] < last_rank))
+                    {
+                        // Nothing unplaced can lift it to where canonical
+                        // order would let it go.
+                        return Flow::NotFound;
+                    }
+                    min_height = min_height.min(m.saturating_add(self.size[i]));
+                    m
+                }
+            };
+            cands.push((off, self.rank[i]));
+        }
+        if cands.is_empty() {
+            return Flow::Found;
+        }
+        if self.flags.dynamic_ordering {
+            cands.sort_unstable();
+        } else {
+            cands.sort_unstable_by_key(|&(_, r)| r);
+        }
+        let mut cutpoints = Vec::new();
+        for (off, r) in cands {
+            let i = self.by_rank[r as usize] as usize;
+            if canonical && (off < cur || (off == cur && r < last_rank)) {
+                continue;
+            }
+            if self.flags.dominance && off >= min_height {
+                continue;
+            }
+            let top = off.saturating_add(self.size[i]);
+            if top > self.cap {
+                self.overflow = self.overflow.min(top);
+                continue;
+            }
+            let mark = self.trail.len();
+            cutpoints.clear();
+            self.place(i, off, range, &mut cutpoints);
+            let flow = if !self.consistent(range, off) {
+                Flow::NotFound
+            } else if self.flags.decompose && !cutpoints.is_empty() {
+                self.split(bufs, range, &mut cutpoints)
+            } else {
+                self.dfs(bufs, range, off, r)
+            };
+            if flow == Flow::Found {
+                return Flow::Found;
+            }
+            self.undo_to(mark);
+            if flow == Flow::Limit {
+                return Flow::Limit;
+            }
+            if hatless && self.pin[i].is_none() && self.free_nbrs[i] == 0 {
+                // Every later candidate sits at or above this one's offset
+                // and would strand it: none can succeed.
+                break;
+            }
+        }
+        self.backtracks += 1;
+        Flow::NotFound
+    }
+
+    /// The unplaced buffers of `bufs` fall apart at `cutpoints`: solve
+    /// each side on its own.
+    fn split(&mut self, bufs: &[u32], range: (u32, u32), cutpoints: &mut [u32]) -> Flow {
+        cutpoints.sort_unstable();
+        let span = self.span.as_ref().expect("cuts exist only under lifetimes");
+        let mut bounds: Vec<u32> = vec![range.0];
+        bounds.extend(cutpoints.iter().map(|&b| b + 1));
+        bounds.push(range.1);
+        let mut subs: Vec<Vec<u32>> = vec![Vec::new(); bounds.len() - 1];
+        for &i in bufs {
+            if !self.placed[i as usize] {
+                let first = span[i as usize].0;
+                let k = bounds.partition_point(|&b| b <= first) - 1;
+                subs[k].push(i);
+            }
+        }
+        for (k, sub) in subs.iter().enumerate() {
+            if sub.is_empty() {
+                continue;
+            }
+            let flow = self.dfs(sub, (bounds[k], bounds[k + 1]), 0, 0);
+            if flow != Flow::Found {
+                return flow;
+            }
+        }
+        Flow::Found
+    }
+
+    fn place(&mut self, i: usize, off: u64, range: (u32, u32), cutpoints: &mut Vec<u32>) {
+        self.trail.push(Change::Place(i as u32));
+        self.placed[i] = true;
+        self.offset[i] = off;
+        let top = off + self.size[i];
+        for k in 0..self.of[i].len() {
+            let s = self.of[i][k] as usize;
+            self.total[s] -= self.size[i];
+            if self.floor[s] < top {
+                self.trail.push(Change::Floor(s as u32, self.floor[s]));
+                self.floor[s] = top;
+            }
+        }
+        if let Some(span) = &self.span {
+            let (lo, hi) = span[i];
+            for b in lo..hi.saturating_sub(1) {
+                self.cuts[b as usize] -= 1;
+                if self.cuts[b as usize] == 0 && range.0 <= b && b + 1 < range.1 {
+                    cutpoints.push(b);
+                }
+            }
+        }
+        let track = self.flags.unallocated_floor;
+        let count = self.flags.hatless;
+        for k in 0..self.adj[i].len() {
+            let u = self.adj[i][k] as usize;
+            if count {
+                self.free_nbrs[u] -= 1;
+            }
+            if self.placed[u] {
+                continue;
+            }
+            let a = self.align[u];
+            let m = if a == 1 { top } else { up(top, a) };
+            if self.min_off[u] < m {
+                self.trail.push(Change::Min(u as u32, self.min_off[u]));
+                self.min_off[u] = m;
+                if track {
+                    // A floor already at or above `m` cannot rise: the
+                    // lowest unplaced min offset is at most `m` now. Under
+                    // lifetimes the sections shared with `i` have floors of
+                    // at least `top`, so only the rest of `u`'s span needs a
+                    // look when `m == top`.
+                    match &self.span {
+                        Some(span) if m == top => {
+                            let ((ul, uh), (il, ih)) = (span[u], span[i]);
+                            for s in (ul..uh.min(il)).chain(ul.max(ih)..uh) {
+                                if self.floor[s as usize] < m && !self.mark[s as usize] {
+                                    self.mark[s as usize] = true;
+                                    self.affected.push(s);
+                                }
+                            }
+                        }
+                        _ => {
+                            for &s in &self.of[u] {
+                                if self.floor[s as usize] < m && !self.mark[s as usize] {
+                                    self.mark[s as usize] = true;
+                                    self.affected.push(s);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(s) = self.affected.pop() {
+            let s = s as usize;
+            self.mark[s] = false;
+            let lowest = self.sections[s]
+                .iter()
+                .filter(|&&u| !self.placed[u as usize])
+                .map(|&u| self.min_off[u as usize])
+                .min();
+            if let Some(lowest) = lowest {
+                if self.floor[s] < lowest {
+                    self.trail.push(Change::Floor(s as u32, self.floor[s]));
+                    self.floor[s] = lowest;
+                }
+            }
+        }
+    }
+
+    fn undo_to(&mut self, mark: usize) {
+        while self.trail.len() > mark {
+            match self.trail.pop().expect("length checked") {
+                Change::Min(u, v) => self.min_off[u as usize] = v,
+                Change::Floor(s, v) => self.floor[s as usize] = v,
+                Change::Place(i) => {
+                    let i = i as usize;
+                    self.placed[i] = false;
+                    if self.flags.hatless {
+                        for &u in &self.adj[i] {
+                            self.free_nbrs[u as usize] += 1;
+                        }
+                    }
+                    for &s in &self.of[i] {
+                        self.total[s as usize] += self.size[i];
+                    }
+                    if let Some(span) = &self.span {
+                        let (lo, hi) = span[i];
+                        for b in lo..hi.saturating_sub(1) {
+                            self.cuts[b as usize] += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Spatial inference over the sections of the current part, after a
+    /// placement at `cur`.
+    fn consistent(&mut self, range: (u32, u32), cur: u64) -> bool {
+        let monotonic = self.flags.canonical && self.flags.monotonic_floor;
+        if !self.flags.section_inference && !monotonic {
+            return true;
+        }
+        for s in range.0 as usize..range.1 as usize {
+            if self.total[s] == 0 {
+                continue;
+            }
+            let mut f = self.floor[s];
+            if monotonic {
+                f = f.max(cur);
+            }
+            if self.flags.section_inference {
+                f = f.saturating_add(self.total[s]);
+            }
+            if f > self.cap {
+                self.overflow = self.overflow.min(f);
+                return false;
+            }
+        }
+        true
+    }
+}
