@@ -7,7 +7,7 @@
 //!   are solved exactly by branch and bound; larger ones use the heaviest of
 //!   the greedy cliques grown from every vertex. Any clique is a valid
 //!   bound, so a search cut short by its node limit still returns one.
-//! - In both cases, a pinned buffer's end.
+//! - In both cases, a pinned buffer's end, and the largest buffer.
 
 use crate::problem::{BufferId, ConflictModel, Problem};
 use std::cmp::Reverse;
@@ -26,11 +26,14 @@ pub fn lower_bound(problem: &Problem) -> u64 {
         .filter_map(|b| b.pinned_offset.map(|o| o.saturating_add(b.size)))
         .max()
         .unwrap_or(0);
+    // Every buffer needs its bytes somewhere, even one that conflicts with
+    // nothing.
+    let largest = problem.buffers.iter().map(|b| b.size).max().unwrap_or(0);
     let core = match &problem.conflicts {
         ConflictModel::Lifetimes => max_live(problem),
         ConflictModel::Explicit(_) => heaviest_clique(problem),
     };
-    core.max(pinned)
+    core.max(pinned).max(largest)
 }
 
 fn max_live(problem: &Problem) -> u64 {

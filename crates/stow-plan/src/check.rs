@@ -185,7 +185,7 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
         let id = BufferId(i as u32);
         let offset = plan.offsets[i];
         let pool = plan.pool[i];
-        if b.align == 0 || offset % b.align != 0 {
+        if b.align == 0 || !offset.is_multiple_of(b.align) {
             violations.push(Violation::Misaligned {
                 id,
                 offset,
@@ -213,7 +213,7 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
             plan.arena_bytes
         };
         let end = offset.checked_add(b.size);
-        if !end.is_some_and(|e| e <= limit) {
+        if end.is_none_or(|e| e > limit) {
             violations.push(Violation::OutOfArena {
                 id,
                 end: end.unwrap_or(u64::MAX),
@@ -221,7 +221,7 @@ pub fn check(problem: &Problem, plan: &Plan) -> Result<(), Vec<Violation>> {
             });
         }
         if let Some(capacity) = problem.pools.get(pool.index()).and_then(|p| p.capacity) {
-            if !end.is_some_and(|e| e <= capacity) {
+            if end.is_none_or(|e| e > capacity) {
                 violations.push(Violation::OverCapacity {
                     id,
                     pool,

@@ -3,12 +3,14 @@
 //! Every constructive strategy places buffers one at a time and, for each,
 //! needs the byte ranges of the *placed* buffers it conflicts with. Building
 //! the full conflict lists costs O(n²) on long-lived traces, so for lifetimes
-//! this index keeps a max-segment tree over the buffers sorted by start step:
-//! leaf `p` holds the end step of the `p`-th buffer once it is placed (0
-//! before). The placed buffers overlapping `[s, e)` are exactly the leaves
-//! left of the first start `>= e` whose value is `> s`; a descent that skips
-//! subtrees whose maximum is `<= s` finds the `k` of them in
-//! O((k + 1) log n). Explicit conflict graphs use their adjacency lists.
+//! this index is a segment tree over compressed time in which every buffer
+//! is filed, once and for all, under the O(log T) nodes that exactly cover
+//! its lifetime (stored flat, one slice per node). The buffers overlapping
+//! `[s, e)` are those filed under a node that meets `[s, e)`; those nodes
+//! are, level by level, one contiguous run of the heap order, so a query
+//! walks about `2L + log T` nodes (L: segments the query spans) and reads
+//! their slices front to back. Placing and unplacing only flip a flag.
+//! Explicit conflict graphs use their adjacency lists.
 
 use crate::problem::{ConflictModel, Problem};
 
@@ -28,96 +30,159 @@ pub(crate) struct PlacedIndex<'p> {
 }
 
 enum Kind {
-    Lifetimes(MaxEndTree),
+    Lifetimes(CoverTree),
     Explicit(Vec<Vec<u32>>),
 }
 
-struct MaxEndTree {
-    /// Buffer ids sorted by (start, id).
-    order: Vec<u32>,
-    /// `starts[p]` is the start of `order[p]`.
-    starts: Vec<u32>,
-    /// Position of each buffer in `order`.
-    pos: Vec<u32>,
-    /// Leaves from `width` on; node `i` holds the max of `2i` and `2i + 1`.
-    tree: Vec<u32>,
+struct CoverTree {
+    /// Leaves: elementary time segments, padded to a power of two.
     width: usize,
-    stack: Vec<(usize, usize, usize)>,
+    /// `entries[first[v]..first[v + 1]]` are the buffers filed under node `v`.
+    first: Vec<u32>,
+    entries: Vec<Entry>,
+    /// `slots[slot_first[i]..slot_first[i + 1]]`: where buffer `i`'s entries are.
+    slot_first: Vec<u32>,
+    slots: Vec<u32>,
+    /// Each buffer's lifetime as a range of leaves.
+    span: Vec<(u32, u32)>,
 }
 
-impl MaxEndTree {
+/// A buffer filed under a node, with a copy of its placement so that a
+/// query reads entries front to back and touches nothing else.
+#[derive(Clone, Copy, Default)]
+struct Entry {
+    /// First leaf of the buffer's lifetime (to report it only once).
+    from: u32,
+    id: u32,
+    /// Byte range; `end == 0` while unplaced (every filed buffer has bytes).
+    start: u64,
+    end: u64,
+}
+
+impl CoverTree {
     fn new(problem: &Problem) -> Self {
-        let n = problem.buffers.len();
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_unstable_by_key(|&i| (problem.buffers[i as usize].lifetime.start, i));
-        let starts = order
+        let timeline = Timeline::new(problem);
+        let width = timeline.segments().next_power_of_two().max(1);
+        let span: Vec<(u32, u32)> = problem
+            .buffers
             .iter()
-            .map(|&i| problem.buffers[i as usize].lifetime.start)
+            .enumerate()
+            .map(|(i, b)| {
+                if problem.is_trivial(i) {
+                    (0, 0)
+                } else {
+                    (
+                        timeline.at(b.lifetime.start) as u32,
+                        timeline.at(b.lifetime.end) as u32,
+                    )
+                }
+            })
             .collect();
-        let mut pos = vec![0u32; n];
-        for (p, &i) in order.iter().enumerate() {
-            pos[i as usize] = p as u32;
+        let mut count = vec![0u32; 2 * width + 1];
+        let mut slot_first = Vec::with_capacity(span.len() + 1);
+        let mut total = 0u32;
+        for &(a, b) in &span {
+            slot_first.push(total);
+            cover(width, a, b, |v| {
+                count[v] += 1;
+                total += 1;
+            });
         }
-        let width = n.next_power_of_two().max(1);
-        MaxEndTree {
-            order,
-            starts,
-            pos,
-            tree: vec![0; 2 * width],
+        slot_first.push(total);
+        let mut first = Vec::with_capacity(count.len());
+        let mut acc = 0u32;
+        for c in &count {
+            first.push(acc);
+            acc += c;
+        }
+        let mut fill = first.clone();
+        let mut entries = vec![Entry::default(); acc as usize];
+        let mut slots = Vec::with_capacity(acc as usize);
+        for (i, &(a, b)) in span.iter().enumerate() {
+            cover(width, a, b, |v| {
+                let at = fill[v] as usize;
+                entries[at] = Entry {
+                    from: a,
+                    id: i as u32,
+                    start: 0,
+                    end: 0,
+                };
+                slots.push(at as u32);
+                fill[v] += 1;
+            });
+        }
+        CoverTree {
             width,
-            stack: Vec::new(),
+            first,
+            entries,
+            slot_first,
+            slots,
+            span,
         }
     }
 
-    fn insert(&mut self, id: usize, end: u32) {
-        let mut node = self.width + self.pos[id] as usize;
-        self.tree[node] = end;
-        while node > 1 {
-            node /= 2;
-            let m = self.tree[2 * node].max(self.tree[2 * node + 1]);
-            if self.tree[node] == m {
-                break;
-            }
-            self.tree[node] = m;
+    fn set(&mut self, id: usize, start: u64, end: u64) {
+        let slots = &self.slots[self.slot_first[id] as usize..self.slot_first[id + 1] as usize];
+        for &at in slots {
+            let e = &mut self.entries[at as usize];
+            e.start = start;
+            e.end = end;
         }
     }
 
-    fn remove(&mut self, id: usize) {
-        let mut node = self.width + self.pos[id] as usize;
-        self.tree[node] = 0;
-        while node > 1 {
-            node /= 2;
-            self.tree[node] = self.tree[2 * node].max(self.tree[2 * node + 1]);
-        }
-    }
-
-    /// Calls `f` with every inserted buffer whose lifetime overlaps `[s, e)`.
-    fn for_each(&mut self, s: u32, e: u32, mut f: impl FnMut(u32)) {
-        let hi = self.starts.partition_point(|&x| x < e);
-        if hi == 0 {
+    /// Pushes every placed buffer whose lifetime overlaps buffer `id`'s
+    /// (other than `id`), once each.
+    fn overlapping(&self, id: usize, out: &mut Vec<Taken>) {
+        let (a, b) = self.span[id];
+        if a >= b {
             return;
         }
-        self.stack.clear();
-        self.stack.push((1, 0, self.width));
-        while let Some((node, lo, len)) = self.stack.pop() {
-            if lo >= hi || self.tree[node] <= s {
-                continue;
+        let (mut lo, mut hi) = (a as usize + self.width, b as usize - 1 + self.width);
+        let mut level = 0u32;
+        while lo >= 1 {
+            for v in lo..=hi {
+                let node_from = ((v << level) - self.width) as u32;
+                for e in &self.entries[self.first[v] as usize..self.first[v + 1] as usize] {
+                    // A long buffer is filed under several nodes that the
+                    // query may meet; report it at the one holding the first
+                    // step both lifetimes share.
+                    if e.end != 0 && node_from <= e.from.max(a) && e.id as usize != id {
+                        out.push(Taken {
+                            start: e.start,
+                            end: e.end,
+                            id: e.id,
+                        });
+                    }
+                }
             }
-            if len == 1 {
-                f(self.order[lo]);
-                continue;
-            }
-            let half = len / 2;
-            self.stack.push((2 * node + 1, lo + half, half));
-            self.stack.push((2 * node, lo, half));
+            lo /= 2;
+            hi /= 2;
+            level += 1;
         }
+    }
+}
+
+/// Calls `f` with the nodes that exactly cover leaves `[a, b)`.
+fn cover(width: usize, a: u32, b: u32, mut f: impl FnMut(usize)) {
+    let (mut l, mut r) = (a as usize + width, b as usize + width);
+    while l < r {
+        if l & 1 == 1 {
+            f(l);
+            l += 1;
+        }
+        if r & 1 == 1 {
+            r -= 1;
+            f(r);
+        }
+        l /= 2;
+        r /= 2;
     }
 }
 
 impl<'p> PlacedIndex<'p> {
     pub fn new(problem: &'p Problem) -> Self {
         let kind = match &problem.conflicts {
-            ConflictModel::Lifetimes => Kind::Lifetimes(MaxEndTree::new(problem)),
+            ConflictModel::Lifetimes => Kind::Lifetimes(CoverTree::new(problem)),
             ConflictModel::Explicit(_) => Kind::Explicit(
                 problem
                     .conflict_lists()
@@ -143,11 +208,9 @@ impl<'p> PlacedIndex<'p> {
     pub fn place(&mut self, id: usize, offset: u64) {
         self.offsets[id] = offset;
         self.placed[id] = true;
-        if self.problem.is_trivial(id) {
-            return;
-        }
         if let Kind::Lifetimes(tree) = &mut self.kind {
-            tree.insert(id, self.problem.buffers[id].lifetime.end);
+            let size = self.problem.buffers[id].size;
+            tree.set(id, offset, offset.saturating_add(size));
         }
     }
 
@@ -158,9 +221,7 @@ impl<'p> PlacedIndex<'p> {
         }
         self.placed[id] = false;
         if let Kind::Lifetimes(tree) = &mut self.kind {
-            if !self.problem.is_trivial(id) {
-                tree.remove(id);
-            }
+            tree.set(id, 0, 0);
         }
     }
 
@@ -171,33 +232,23 @@ impl<'p> PlacedIndex<'p> {
         if self.problem.is_trivial(id) {
             return;
         }
-        let buffers = &self.problem.buffers;
-        let offsets = &self.offsets;
-        let mut push = |j: u32| {
-            let b = &buffers[j as usize];
-            if j as usize != id && b.size > 0 {
-                let start = offsets[j as usize];
-                out.push(Taken {
-                    start,
-                    end: start.saturating_add(b.size),
-                    id: j,
-                });
-            }
-        };
-        match &mut self.kind {
-            Kind::Lifetimes(tree) => {
-                let life = buffers[id].lifetime;
-                tree.for_each(life.start, life.end, &mut push);
-            }
+        match &self.kind {
+            Kind::Lifetimes(tree) => tree.overlapping(id, out),
             Kind::Explicit(adj) => {
                 for &j in &adj[id] {
-                    if self.placed[j as usize] {
-                        push(j);
+                    let b = &self.problem.buffers[j as usize];
+                    if b.size > 0 && self.placed[j as usize] {
+                        let start = self.offsets[j as usize];
+                        out.push(Taken {
+                            start,
+                            end: start.saturating_add(b.size),
+                            id: j,
+                        });
                     }
                 }
             }
         }
-        out.sort_unstable();
+        out.sort_unstable_by_key(|t| (t.start, t.id));
     }
 
     /// The offsets of all buffers (0 for unplaced ones).
@@ -210,7 +261,7 @@ impl<'p> PlacedIndex<'p> {
 pub(crate) fn up(v: u64, align: u64) -> u64 {
     v.checked_add(align - 1)
         .map(|x| x & !(align - 1))
-        .unwrap_or(u64::MAX & !(align - 1))
+        .unwrap_or(!(align - 1))
 }
 
 /// The aligned start of the smallest gap in `taken` (sorted by start) that

@@ -249,7 +249,7 @@ impl FirstFitPool {
 
     fn round(&self, v: u64) -> u64 {
         v.checked_add(self.unit - 1)
-            .map_or(u64::MAX & !(self.unit - 1), |x| x & !(self.unit - 1))
+            .map_or(!(self.unit - 1), |x| x & !(self.unit - 1))
     }
 
     fn node(&mut self, n: Node) -> u32 {

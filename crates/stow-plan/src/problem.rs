@@ -29,9 +29,13 @@ impl Interval {
         Interval { start, end }
     }
 
-    /// True when the two ranges share at least one step.
+    /// True when the two ranges share at least one step (an empty range
+    /// shares none).
     pub fn overlaps(&self, other: &Interval) -> bool {
-        self.start < other.end && other.start < self.end
+        self.start < self.end
+            && other.start < other.end
+            && self.start < other.end
+            && other.start < self.end
     }
 }
 

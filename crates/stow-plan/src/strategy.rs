@@ -406,8 +406,7 @@ pub(crate) fn plan_arena(
         Strategy::GreedyBreadth => single(Strategy::GreedyBreadth, greedy_breadth::place(problem)),
         Strategy::FirstFitPool => single(
             Strategy::FirstFitPool,
-            first_fit::place(problem, Budget::unlimited())
-                .expect("an unlimited budget never runs out"),
+            first_fit::place(problem, Budget::unlimited()).ok_or(PlanError::Overflow)?,
         ),
         Strategy::PeakSuppression => {
             let (offsets, rounds, limit_hit) = peak::place(

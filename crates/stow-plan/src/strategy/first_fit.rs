@@ -10,18 +10,22 @@ use super::Budget;
 use crate::pool_alloc::FirstFitPool;
 use crate::problem::{ConflictModel, Problem};
 
+/// The offsets, or `None` when the budget ran out or a pin lies beyond
+/// what the pool can address.
 pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
     let n = problem.buffers.len();
     let unit = problem.buffers.iter().map(|b| b.align).max().unwrap_or(1);
-    let mut pool = FirstFitPool::unbounded(unit).expect("alignments are powers of two");
+    let mut pool = FirstFitPool::unbounded(unit).ok()?;
     let mut offsets = vec![0u64; n];
-    // Pinned ranges, merged where they overlap, reserved for the whole run.
+    // Pinned ranges, rounded out to the pool's unit and merged where they
+    // touch, reserved for the whole run.
     let mut pins: Vec<(u64, u64)> = Vec::new();
     for (i, b) in problem.buffers.iter().enumerate() {
         if let Some(o) = b.pinned_offset {
             offsets[i] = o;
             if b.size > 0 {
-                pins.push((o, o.saturating_add(b.size)));
+                let end = o.checked_add(b.size)?.checked_next_multiple_of(unit)?;
+                pins.push((o & !(unit - 1), end));
             }
         }
     }
@@ -34,7 +38,8 @@ pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
         }
     }
     for (s, e) in merged {
-        let _ = pool.reserve(s, e - s);
+        // Fails only for pins beyond the pool's reach (near 2^63 bytes).
+        pool.reserve(s, e - s).ok()?;
     }
     // (time, kind, id): kind 0 frees, 1 allocates, so ends come first.
     let mut events: Vec<(u64, u8, u32)> = Vec::with_capacity(2 * n);
@@ -65,12 +70,10 @@ pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
         }
         let b = &problem.buffers[id as usize];
         if kind == 0 {
-            pool.free(offsets[id as usize])
-                .expect("every freed buffer was allocated");
+            pool.free(offsets[id as usize]).ok()?;
         } else {
-            let a = pool
-                .alloc_aligned(b.size, b.align)
-                .expect("an unbounded pool always has room");
+            // Fails only when the buffers together approach 2^63 bytes.
+            let a = pool.alloc_aligned(b.size, b.align).ok()?;
             offsets[id as usize] = a.offset;
         }
     }

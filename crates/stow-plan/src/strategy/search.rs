@@ -228,6 +228,8 @@ fn minimize(
                 bottom + (hi - bottom) / 2
             };
             if step == 1 && cap == bottom {
+                // No cap lies between: the bottom one needs more nodes.
+                limit = limit.saturating_mul(2);
                 break;
             }
             match decide(dfs, cap, limit, deadline, nodes_left) {
