@@ -74,3 +74,130 @@ fn bad_rows_name_file_and_line() {
         assert!(!out.exists());
     }
 }
+
+/// Parses the `--compare` table: (strategy, arena bytes) in printed order.
+fn compare_rows(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("strategy"))
+        .skip(1)
+        .take_while(|l| !l.is_empty() && !l.starts_with(char::is_numeric))
+        .filter(|l| l.contains(" B"))
+        .map(|l| {
+            let name = l.split_whitespace().next().unwrap().to_string();
+            let bytes: String = l
+                .split(" B")
+                .next()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .replace(',', "");
+            (name, bytes.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn compare_lists_every_strategy_best_first() {
+    let input = shared("seed-example/conflicts.csv");
+    let o = stow(&["plan", input.to_str().unwrap(), "--compare"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = compare_rows(&stdout(&o));
+    let mut names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let mut all: Vec<&str> = stow_plan::Strategy::ALL.iter().map(|s| s.name()).collect();
+    all.sort_unstable();
+    assert_eq!(names, all, "{}", stdout(&o));
+    assert!(rows.windows(2).all(|w| w[0].1 <= w[1].1), "{rows:?}");
+    // The seed example's optimum is its heaviest clique, 43; naive is 69.
+    assert_eq!(rows[0].1, 43);
+    assert_eq!(rows.last().unwrap(), &("naive".to_string(), 69));
+}
+
+#[test]
+fn dumped_model_problem_plans_to_the_same_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("m.stow");
+    let csv = dir.path().join("m.csv");
+    let model = testdata("two_branch.onnx");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+        "--dump-problem",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bound_line = stdout(&o)
+        .lines()
+        .find(|l| l.contains("lower bound"))
+        .unwrap()
+        .to_string();
+    let bound = bound_line.split_whitespace().nth(2).unwrap().to_string();
+    let o = stow(&["plan", csv.to_str().unwrap(), "--align", "64"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("lower bound {bound} B")),
+        "compile said {bound_line}, plan said {}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn dump_problem_into_missing_directory_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("m.stow");
+    let csv = dir.path().join("nope/m.csv");
+    let model = testdata("two_branch.onnx");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+        "--dump-problem",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(!bundle.exists());
+}
+
+#[test]
+fn capacity_search_fits_a_challenging_trace() {
+    // Instance C fits within its capacity, 2.5 % above its max-live bound,
+    // which no greedy strategy reaches.
+    let input = shared("minimalloc-challenging/C.1048576.csv");
+    let o = stow(&[
+        "plan",
+        input.to_str().unwrap(),
+        "--strategy",
+        "search",
+        "--capacity",
+        "1048576",
+        "--time-limit",
+        "60",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let greedy = stow(&[
+        "plan",
+        input.to_str().unwrap(),
+        "--strategy",
+        "greedy-size",
+        "--capacity",
+        "1048576",
+    ]);
+    assert!(!greedy.status.success());
+    assert!(stderr(&greedy).contains("short by"), "{}", stderr(&greedy));
+}
+
+#[test]
+fn bad_time_limit_is_refused() {
+    let input = shared("seed-example/conflicts.csv");
+    for bad in ["0", "-1", "soon", "1e9"] {
+        let arg = format!("--time-limit={bad}");
+        let o = stow(&["plan", input.to_str().unwrap(), &arg]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("--time-limit"), "{}", stderr(&o));
+    }
+}

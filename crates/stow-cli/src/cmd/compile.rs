@@ -1,6 +1,8 @@
 //! `stow compile`: ONNX model → memory-planned bundle.
 
 use crate::cmd::frontend::{load_options, ReuseArgs};
+use crate::cmd::plan::problem_csv;
+use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,26 +24,21 @@ pub struct Args {
     /// Give a symbolic dimension a value, e.g. `N=1` (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
-    /// Planning strategy.
-    #[arg(long, default_value = "greedy-size", value_parser = parse_strategy)]
-    pub strategy: Strategy,
+    #[command(flatten)]
+    pub plan: PlanArgs,
     /// Alignment of every arena offset in bytes (a power of two).
     #[arg(long, default_value_t = 64, value_parser = parse_align)]
     pub align: u64,
     #[command(flatten)]
     pub reuse: ReuseArgs,
-}
-
-pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
-    s.parse::<Strategy>().map_err(|e| e.to_string())
-}
-
-pub(crate) fn parse_align(s: &str) -> Result<u64, String> {
-    let v: u64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if v == 0 || !v.is_power_of_two() {
-        return Err(format!("{v} is not a power of two"));
-    }
-    Ok(v)
+    /// Also write the planning problem as a CSV that `stow plan` reads
+    /// (`id,lower,upper,size`, or `id,size,conflicts` for conflict graphs).
+    #[arg(long, value_name = "FILE.csv")]
+    pub dump_problem: Option<PathBuf>,
+    /// Run every strategy on the model's problem and print a table, best
+    /// first (the bundle uses `--strategy`).
+    #[arg(long)]
+    pub compare: bool,
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -55,32 +52,31 @@ pub fn run(args: Args) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args.model));
-    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            bail!(
-                "cannot write {}: directory {} does not exist",
-                output.display(),
-                dir.display()
-            );
+    for path in std::iter::once(&output).chain(&args.dump_problem) {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                bail!(
+                    "cannot write {}: directory {} does not exist",
+                    path.display(),
+                    dir.display()
+                );
+            }
         }
     }
     let options = load_options(&args.inputs, &args.dims, args.reuse)?;
     let graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("compiling {}", args.model.display()))?;
     let (problem, buffer_of) = graph.problem(args.align);
-    let chosen = plan(
-        &problem,
-        &PlanOptions {
-            strategy: args.strategy,
-            ..Default::default()
-        },
-    )
-    .with_context(|| format!("planning {}", args.model.display()))?;
+    if args.compare {
+        print!("{}", compare_table(&problem, args.plan)?);
+    }
+    let chosen = plan(&problem, &args.plan.options())
+        .with_context(|| format!("planning {}", args.model.display()))?;
     let naive = plan(
         &problem,
         &PlanOptions {
             strategy: Strategy::Naive,
-            ..Default::default()
+            ..PlanOptions::default()
         },
     )
     .with_context(|| format!("planning {}", args.model.display()))?;
@@ -101,6 +97,15 @@ pub fn run(args: Args) -> Result<()> {
     let bytes = stow_bundle::to_bytes(&contents, &weights).context("encoding the bundle")?;
     stow_bundle::write_file(&output, &bytes)
         .with_context(|| format!("writing {}", output.display()))?;
+    if let Some(path) = &args.dump_problem {
+        let note = format!("{}, align {}", args.model.display(), args.align);
+        let written = stow_bundle::write_file(path, problem_csv(&problem, &note).as_bytes());
+        if let Err(e) = written {
+            // Leave no bundle behind a failed command.
+            let _ = std::fs::remove_file(&output);
+            return Err(e).with_context(|| format!("writing {}", path.display()));
+        }
+    }
     let elapsed = started.elapsed();
     println!(
         "compiled {} -> {} ({} bytes)",
@@ -126,10 +131,15 @@ pub fn run(args: Args) -> Result<()> {
         problem.buffers.len()
     );
     println!("  weights        {}", human_bytes(graph.weight_total()));
+    let by = if args.plan.strategy == Strategy::Auto {
+        format!("auto: {}", chosen.strategy)
+    } else {
+        chosen.strategy.to_string()
+    };
     println!(
-        "  arena          {} ({})",
+        "  arena          {} ({by}{})",
         human_bytes(chosen.arena_bytes),
-        chosen.strategy
+        if chosen.optimal { ", optimal" } else { "" }
     );
     println!("  lower bound    {}", human_bytes(chosen.lower_bound));
     let orders: Vec<String> = graph

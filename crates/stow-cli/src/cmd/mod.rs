@@ -12,6 +12,7 @@ pub mod compile;
 pub mod frontend;
 pub mod inspect;
 pub mod plan;
+pub mod planning;
 pub mod verify;
 
 /// Prints `text` to stdout; a closed pipe (`stow inspect | head`) is not an error.

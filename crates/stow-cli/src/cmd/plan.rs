@@ -5,29 +5,30 @@
 //! - conflicts: `id,size,conflicts` — `conflicts` lists, space-separated,
 //!   the ids that may never share a byte with this one.
 
-use crate::cmd::compile::{human_bytes, parse_align, parse_strategy};
+use crate::cmd::compile::human_bytes;
+use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use stow_plan::{plan, Buffer, BufferId, ConflictModel, PlanOptions, Problem, Strategy};
+use stow_plan::{plan, Buffer, BufferId, ConflictModel, Problem};
 
 /// Arguments of `stow plan`.
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace to plan: `id,lower,upper,size` or `id,size,conflicts` CSV.
     pub input: PathBuf,
-    /// Planning strategy.
-    #[arg(long, default_value = "greedy-size", value_parser = parse_strategy)]
-    pub strategy: Strategy,
-    /// Fail unless the arena fits in this many bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub capacity: Option<u64>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
     /// Alignment of every offset in bytes (a power of two).
     #[arg(long, default_value_t = 1, value_parser = parse_align)]
     pub align: u64,
     /// Write the input rows with an added `offset` column here.
     #[arg(short, long, value_name = "OUT.csv")]
     pub output: Option<PathBuf>,
+    /// Run every strategy and print a table, best first (with `-o`, the
+    /// layout written is the chosen strategy's).
+    #[arg(long)]
+    pub compare: bool,
 }
 
 /// A parsed trace: the problem, the original rows and ids.
@@ -130,30 +131,44 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
     })
 }
 
+/// The problem as CSV that [`parse_trace`] reads back: intervals when
+/// conflicts follow lifetimes, else one conflict list per buffer. Ids are
+/// buffer indices; `note` goes into a leading comment.
+pub(crate) fn problem_csv(problem: &Problem, note: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!("# {note}\n");
+    match &problem.conflicts {
+        ConflictModel::Lifetimes => {
+            out.push_str("id,lower,upper,size\n");
+            for (i, b) in problem.buffers.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{i},{},{},{}",
+                    b.lifetime.start, b.lifetime.end, b.size
+                );
+            }
+        }
+        ConflictModel::Explicit(adjacency) => {
+            out.push_str("id,size,conflicts\n");
+            for (i, (b, list)) in problem.buffers.iter().zip(adjacency).enumerate() {
+                let ids: Vec<String> = list.iter().map(|j| j.0.to_string()).collect();
+                let _ = writeln!(out, "{i},{},{}", b.size, ids.join(" "));
+            }
+        }
+    }
+    out
+}
+
 /// Runs `stow plan`.
 pub fn run(args: Args) -> Result<()> {
     let text = std::fs::read_to_string(&args.input)
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let trace = parse_trace(&args.input, &text, args.align)?;
-    let result = plan(
-        &trace.problem,
-        &PlanOptions {
-            strategy: args.strategy,
-            ..Default::default()
-        },
-    )
-    .with_context(|| format!("planning {}", args.input.display()))?;
-    if let Some(capacity) = args.capacity {
-        if result.arena_bytes > capacity {
-            bail!(
-                "{}: {} needs {} bytes, {} more than the capacity of {capacity}",
-                args.input.display(),
-                result.strategy,
-                result.arena_bytes,
-                result.arena_bytes - capacity
-            );
-        }
+    if args.compare {
+        print!("{}", compare_table(&trace.problem, args.plan)?);
     }
+    let result = plan(&trace.problem, &args.plan.options())
+        .with_context(|| format!("planning {}", args.input.display()))?;
     if let Some(out) = &args.output {
         let mut csv = format!("{},offset\n", trace.header);
         for (row, offset) in trace.rows.iter().zip(&result.offsets) {
