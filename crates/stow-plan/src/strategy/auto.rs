@@ -12,6 +12,9 @@ use crate::problem::{PoolId, Problem};
 use crate::{check, Plan, PlanOptions};
 use std::time::Instant;
 
+/// Above this many buffers the portfolio changes its order (see below).
+const LARGE: usize = 100_000;
+
 pub(super) fn run(
     problem: &Problem,
     options: &PlanOptions,
@@ -23,7 +26,7 @@ pub(super) fn run(
     let mut trials: Vec<Trial> = Vec::new();
     let mut extra = PlanStats::default();
     let budget = Budget::until(deadline);
-    let order = [
+    let mut order = vec![
         Strategy::GreedySize,
         Strategy::GreedyBreadth,
         Strategy::Naive,
@@ -31,6 +34,13 @@ pub(super) fn run(
         Strategy::PeakSuppression,
         Strategy::Search,
     ];
+    if problem.buffers.len() > LARGE {
+        // One constructive pass then takes about the whole default budget,
+        // and peak suppression's first pass (lowest fit by size) packs
+        // large traces tighter than best fit: run it first.
+        order.retain(|&s| s != Strategy::PeakSuppression);
+        order.insert(0, Strategy::PeakSuppression);
+    }
     for (k, strategy) in order.into_iter().enumerate() {
         let best_h = best.as_ref().map(|b| height(problem, &b.offsets));
         if best_h.is_some_and(|h| h <= target) || (k > 0 && budget.expired()) {

@@ -210,6 +210,14 @@ fn minimize(
     let mut best = seed;
     let mut lo = dfs.lower_bound();
     let mut limit = (4 * dfs.size.len() as u64).max(256);
+    if goal > lo && hi > goal {
+        // A tight cap prunes hardest, so a layout at the bound is often
+        // found faster than one merely within a looser goal: try it first,
+        // briefly.
+        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left) {
+            return (layout, Ended::Proven);
+        }
+    }
     loop {
         for step in 0..2 {
             if lo >= hi {
