@@ -47,6 +47,8 @@ use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
 use dfs::{Dfs, Outcome};
 use std::cmp::Reverse;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Parts larger than this keep their heuristic layout.
@@ -264,17 +266,75 @@ fn minimize(
     }
 }
 
-/// One decision, trying each preorder in turn under `limit` nodes.
+/// Parts smaller than this decide on one thread: spawning costs more than
+/// their searches.
+const PARALLEL_PART: usize = 24;
+
+/// One decision, trying each preorder in turn under `limit` nodes. Parts of
+/// some size split the preorders among as many threads as there are cores;
+/// the first thread to find a layout or prove there is none stops the rest.
 fn decide(dfs: &mut Dfs, cap: u64, limit: u64, deadline: Instant, nodes_left: &mut u64) -> Outcome {
-    let mut outcome = Outcome::Limit;
-    for h in HEURISTICS {
-        dfs.set_preorder(h);
-        let before = dfs.nodes;
-        outcome = dfs.decide(cap, limit.min(*nodes_left), deadline);
-        *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
-        if !matches!(outcome, Outcome::Limit) || *nodes_left == 0 {
-            break;
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(HEURISTICS.len());
+    if workers <= 1 || dfs.size.len() < PARALLEL_PART {
+        let mut outcome = Outcome::Limit;
+        for h in HEURISTICS {
+            dfs.set_preorder(h);
+            let before = dfs.nodes;
+            outcome = dfs.decide(cap, limit.min(*nodes_left), deadline);
+            *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
+            if !matches!(outcome, Outcome::Limit) || *nodes_left == 0 {
+                break;
+            }
         }
+        return outcome;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let per_run = limit.min(*nodes_left);
+    let results: Vec<(Outcome, u64, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let mut mine = dfs.clone();
+                mine.stop = Some(Arc::clone(&stop));
+                let stop = Arc::clone(&stop);
+                scope.spawn(move || {
+                    let (nodes, backtracks) = (mine.nodes, mine.backtracks);
+                    let mut outcome = Outcome::Limit;
+                    for &h in HEURISTICS.iter().skip(w).step_by(workers) {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        mine.set_preorder(h);
+                        outcome = mine.decide(cap, per_run, deadline);
+                        if !matches!(outcome, Outcome::Limit) {
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                    }
+                    (outcome, mine.nodes - nodes, mine.backtracks - backtracks)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or((Outcome::Limit, 0, 0)))
+            .collect()
+    });
+    let mut outcome = Outcome::Limit;
+    for (result, nodes, backtracks) in results {
+        dfs.nodes += nodes;
+        dfs.backtracks += backtracks;
+        *nodes_left = nodes_left.saturating_sub(nodes);
+        outcome = match (outcome, result) {
+            (Outcome::Found(layout), _) | (_, Outcome::Found(layout)) => Outcome::Found(layout),
+            // Every preorder's tree is complete: any exhausted one is a proof.
+            (Outcome::Infeasible(a), Outcome::Infeasible(b)) => Outcome::Infeasible(a.max(b)),
+            (Outcome::Infeasible(a), Outcome::Limit) | (Outcome::Limit, Outcome::Infeasible(a)) => {
+                Outcome::Infeasible(a)
+            }
+            (Outcome::Limit, Outcome::Limit) => Outcome::Limit,
+        };
     }
     outcome
 }

@@ -4,6 +4,8 @@
 
 use super::{Heuristic, SearchOptions};
 use crate::index::up;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Result of one decision run.
@@ -24,6 +26,7 @@ enum Flow {
     Limit,
 }
 
+#[derive(Clone)]
 enum Change {
     Min(u32, u64),
     Floor(u32, u64),
@@ -31,6 +34,7 @@ enum Change {
 }
 
 /// Static data of one part plus the mutable search state.
+#[derive(Clone)]
 pub(super) struct Dfs {
     pub flags: SearchOptions,
     pub size: Vec<u64>,
@@ -64,6 +68,8 @@ pub(super) struct Dfs {
     overflow: u64,
     deadline: Instant,
     node_limit: u64,
+    /// Raised by a sibling worker that has settled the decision.
+    pub stop: Option<Arc<AtomicBool>>,
     pub nodes: u64,
     pub backtracks: u64,
 }
@@ -135,6 +141,7 @@ impl Dfs {
             overflow: u64::MAX,
             deadline: Instant::now(),
             node_limit: 0,
+            stop: None,
             nodes: 0,
             backtracks: 0,
         }
@@ -195,7 +202,12 @@ impl Dfs {
 
     fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last_rank: u32) -> Flow {
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
+            || (self.nodes.is_multiple_of(256)
+                && (Instant::now() >= self.deadline
+                    || self
+                        .stop
+                        .as_ref()
+                        .is_some_and(|s| s.load(Ordering::Relaxed))))
         {
             return Flow::Limit;
         }
