@@ -201,3 +201,62 @@ fn bad_time_limit_is_refused() {
         assert!(stderr(&o).contains("--time-limit"), "{}", stderr(&o));
     }
 }
+
+#[test]
+fn pools_fill_in_preference_order_and_report_shortfalls() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pools.csv");
+    let input = shared("minimalloc-challenging/C.1048576.csv");
+    let o = stow(&[
+        "plan",
+        input.to_str().unwrap(),
+        "--pool",
+        "sram=262144",
+        "--pool",
+        "dram",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("pool sram:"), "{}", stdout(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("id,lower,upper,size,offset,pool"));
+    let rows: Vec<(Vec<u64>, String)> = lines
+        .map(|l| {
+            let (nums, pool) = l.rsplit_once(',').unwrap();
+            (
+                nums.split(',').map(|f| f.parse().unwrap()).collect(),
+                pool.to_string(),
+            )
+        })
+        .collect();
+    let in_sram = rows.iter().filter(|(_, p)| p == "sram").count();
+    assert!(in_sram > 0, "the preferred pool took nothing");
+    for (a, pa) in &rows {
+        if pa == "sram" {
+            assert!(a[4] + a[3] <= 262_144, "buffer {} beyond sram", a[0]);
+        }
+        for (b, pb) in &rows {
+            if a[0] < b[0] && pa == pb {
+                let time = a[1] < b[2] && b[1] < a[2];
+                let space = a[4] < b[4] + b[3] && b[4] < a[4] + a[3];
+                assert!(!(time && space), "{} and {} overlap in {pa}", a[0], b[0]);
+            }
+        }
+    }
+    let o = stow(&[
+        "plan",
+        input.to_str().unwrap(),
+        "--pool",
+        "sram=262144",
+        "--pool",
+        "dram=100000",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("pool `dram` short by"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -10,7 +10,7 @@ use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use stow_plan::{plan, Buffer, BufferId, ConflictModel, Problem};
+use stow_plan::{plan, Buffer, BufferId, ConflictModel, Pool, Problem};
 
 /// Arguments of `stow plan`.
 #[derive(clap::Args)]
@@ -29,6 +29,23 @@ pub struct Args {
     /// layout written is the chosen strategy's).
     #[arg(long)]
     pub compare: bool,
+    /// A memory pool, `NAME=BYTES` or `NAME` for one without a limit
+    /// (repeatable, in preference order): each buffer goes to the first
+    /// pool where it fits, the last takes the rest; `-o` adds a `pool`
+    /// column and offsets are relative to the pool.
+    #[arg(long = "pool", value_name = "NAME[=BYTES]", value_parser = parse_pool)]
+    pub pools: Vec<Pool>,
+}
+
+fn parse_pool(s: &str) -> Result<Pool, String> {
+    match s.split_once('=') {
+        None if !s.is_empty() => Ok(Pool::unbounded(s)),
+        Some((name, bytes)) if !name.is_empty() => bytes
+            .parse::<u64>()
+            .map(|b| Pool::new(name, b))
+            .map_err(|_| format!("`{bytes}` is not a number of bytes")),
+        _ => Err(format!("`{s}` is not NAME or NAME=BYTES")),
+    }
 }
 
 /// A parsed trace: the problem, the original rows and ids.
@@ -167,12 +184,23 @@ pub fn run(args: Args) -> Result<()> {
     if args.compare {
         print!("{}", compare_table(&trace.problem, args.plan)?);
     }
-    let result = plan(&trace.problem, &args.plan.options())
+    let problem = trace.problem.clone().with_pools(args.pools.clone());
+    let result = plan(&problem, &args.plan.options())
         .with_context(|| format!("planning {}", args.input.display()))?;
+    let pooled = !args.pools.is_empty();
     if let Some(out) = &args.output {
-        let mut csv = format!("{},offset\n", trace.header);
-        for (row, offset) in trace.rows.iter().zip(&result.offsets) {
-            csv.push_str(&format!("{row},{offset}\n"));
+        let mut csv = format!(
+            "{},offset{}\n",
+            trace.header,
+            if pooled { ",pool" } else { "" }
+        );
+        for (i, (row, offset)) in trace.rows.iter().zip(&result.offsets).enumerate() {
+            if pooled {
+                let pool = &args.pools[result.pool[i].index()].name;
+                csv.push_str(&format!("{row},{offset},{pool}\n"));
+            } else {
+                csv.push_str(&format!("{row},{offset}\n"));
+            }
         }
         stow_bundle::write_file(out, csv.as_bytes())
             .with_context(|| format!("writing {}", out.display()))?;
@@ -187,5 +215,9 @@ pub fn run(args: Args) -> Result<()> {
         if result.optimal { "yes" } else { "no" },
         result.stats.elapsed.as_secs_f64() * 1e3
     );
+    for (pool, bytes) in args.pools.iter().zip(&result.pool_bytes) {
+        let cap = pool.capacity.map_or("no limit".to_string(), human_bytes);
+        println!("  pool {}: {} of {cap}", pool.name, human_bytes(*bytes));
+    }
     Ok(())
 }
