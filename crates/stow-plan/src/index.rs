@@ -34,8 +34,13 @@ enum Kind {
     Explicit(Vec<Vec<u32>>),
 }
 
+/// Elementary time segments per leaf. Fat leaves keep the tree shallow,
+/// so a query misses the cache a few times rather than once per level; the
+/// price is a short sequential scan of the leaf's entries.
+const BUCKET: u32 = 32;
+
 struct CoverTree {
-    /// Leaves: elementary time segments, padded to a power of two.
+    /// Leaves: buckets of [`BUCKET`] time segments, padded to a power of two.
     width: usize,
     /// `entries[first[v]..first[v + 1]]` are the buffers filed under node `v`.
     first: Vec<u32>,
@@ -43,7 +48,7 @@ struct CoverTree {
     /// `slots[slot_first[i]..slot_first[i + 1]]`: where buffer `i`'s entries are.
     slot_first: Vec<u32>,
     slots: Vec<u32>,
-    /// Each buffer's lifetime as a range of leaves.
+    /// Each buffer's lifetime as a range of time segments.
     span: Vec<(u32, u32)>,
 }
 
@@ -51,18 +56,25 @@ struct CoverTree {
 /// query reads entries front to back and touches nothing else.
 #[derive(Clone, Copy, Default)]
 struct Entry {
-    /// First leaf of the buffer's lifetime (to report it only once).
+    /// The buffer's lifetime in time segments.
     from: u32,
+    to: u32,
     id: u32,
     /// Byte range; `end == 0` while unplaced (every filed buffer has bytes).
     start: u64,
     end: u64,
 }
 
+/// The leaves (buckets) a segment range `[a, b)` touches.
+fn buckets(a: u32, b: u32) -> (u32, u32) {
+    (a / BUCKET, (b - 1) / BUCKET + 1)
+}
+
 impl CoverTree {
     fn new(problem: &Problem) -> Self {
         let timeline = Timeline::new(problem);
-        let width = timeline.segments().next_power_of_two().max(1);
+        let leaves = (timeline.segments() as u32).div_ceil(BUCKET) as usize;
+        let width = leaves.next_power_of_two().max(1);
         let span: Vec<(u32, u32)> = problem
             .buffers
             .iter()
@@ -83,10 +95,13 @@ impl CoverTree {
         let mut total = 0u32;
         for &(a, b) in &span {
             slot_first.push(total);
-            cover(width, a, b, |v| {
-                count[v] += 1;
-                total += 1;
-            });
+            if a < b {
+                let (la, lb) = buckets(a, b);
+                cover(width, la, lb, |v| {
+                    count[v] += 1;
+                    total += 1;
+                });
+            }
         }
         slot_first.push(total);
         let mut first = Vec::with_capacity(count.len());
@@ -99,10 +114,15 @@ impl CoverTree {
         let mut entries = vec![Entry::default(); acc as usize];
         let mut slots = Vec::with_capacity(acc as usize);
         for (i, &(a, b)) in span.iter().enumerate() {
-            cover(width, a, b, |v| {
+            if a >= b {
+                continue;
+            }
+            let (la, lb) = buckets(a, b);
+            cover(width, la, lb, |v| {
                 let at = fill[v] as usize;
                 entries[at] = Entry {
                     from: a,
+                    to: b,
                     id: i as u32,
                     start: 0,
                     end: 0,
@@ -137,7 +157,8 @@ impl CoverTree {
         if a >= b {
             return;
         }
-        let (mut lo, mut hi) = (a as usize + self.width, b as usize - 1 + self.width);
+        let (la, lb) = buckets(a, b);
+        let (mut lo, mut hi) = (la as usize + self.width, lb as usize - 1 + self.width);
         let mut level = 0u32;
         while lo >= 1 {
             for v in lo..=hi {
@@ -145,8 +166,14 @@ impl CoverTree {
                 for e in &self.entries[self.first[v] as usize..self.first[v + 1] as usize] {
                     // A long buffer is filed under several nodes that the
                     // query may meet; report it at the one holding the first
-                    // step both lifetimes share.
-                    if e.end != 0 && node_from <= e.from.max(a) && e.id as usize != id {
+                    // bucket both lifetimes share. Filing by whole buckets
+                    // also files buffers that miss the query: test exactly.
+                    if e.end != 0
+                        && e.from < b
+                        && a < e.to
+                        && node_from <= (e.from / BUCKET).max(la)
+                        && e.id as usize != id
+                    {
                         out.push(Taken {
                             start: e.start,
                             end: e.end,
