@@ -434,6 +434,51 @@ mod tests {
     }
 
     #[test]
+    fn index_is_exact_across_many_buckets() {
+        // Lifetimes from one step to thousands, over far more segments than
+        // one leaf holds, half of the buffers placed.
+        let mut buffers = Vec::new();
+        let mut x = 12345u64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        for _ in 0..1500 {
+            let s = next(3000) as u32;
+            let len = [1, 3, 40, 900][next(4) as usize] as u32;
+            buffers.push(Buffer::new(
+                1 + next(100),
+                s,
+                s + 1 + next(u64::from(len)) as u32,
+                1,
+            ));
+        }
+        let p = Problem::new(buffers, ConflictModel::Lifetimes);
+        let mut idx = PlacedIndex::new(&p);
+        for i in (0..1500).filter(|i| i % 2 == 1) {
+            idx.place(i, i as u64);
+        }
+        let mut out = Vec::new();
+        for q in (0..1500).step_by(7) {
+            idx.taken(q, &mut out);
+            let mut got: Vec<u32> = out.iter().map(|t| t.id).collect();
+            got.sort_unstable();
+            let want: Vec<u32> = (0..1500u32)
+                .filter(|&j| {
+                    j as usize != q
+                        && j % 2 == 1
+                        && p.buffers[j as usize]
+                            .lifetime
+                            .overlaps(&p.buffers[q].lifetime)
+                })
+                .collect();
+            assert_eq!(got, want, "query {q}");
+        }
+    }
+
+    #[test]
     fn gaps() {
         let t = |start, end, id| Taken { start, end, id };
         let taken = [t(0, 10, 0), t(30, 40, 1), t(45, 50, 2), t(80, 90, 3)];
