@@ -275,7 +275,7 @@ impl<'p> PlacedIndex<'p> {
                 }
             }
         }
-        out.sort_unstable_by_key(|t| (t.start, t.id));
+        out.sort_unstable_by_key(|t| t.start);
     }
 
     /// The offsets of all buffers (0 for unplaced ones).
