@@ -5,7 +5,7 @@ Deterministic (fixed seed, random weights), opset 17, each well under 1 MB.
 Needs the `onnx` and `numpy` packages (`pip install onnx numpy`); when
 onnxruntime is installed, every model is also executed once as a check.
 
-    python3 tools/gen_testdata.py [--out DIR]
+    python3 tools/gen_testdata.py [--out DIR] [--only NAME ...]
 """
 import argparse
 import os
@@ -175,7 +175,37 @@ def symbolic_batch():
     return b.model("symbolic_batch", [f32("image", ["N", 3, 16, 16])], [f32("scores", ["N", 4])])
 
 
-MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch]
+def concat_block():
+    """Inception-like block whose concat can be done in place, plus concats
+    that must stay copies: one over a graph input, one holding the same
+    tensor twice, one along an inner axis, and one whose output is
+    overwritten in place while an input is still read later. A branch
+    output is also read after its (in-place) concat: its slice must survive."""
+    b = Builder(7)
+    seed = b.op("Relu", [b.conv("image", 3, 1)])
+    x = b.op("Concat", ["image", seed], axis=1)  # holds a graph input: copy
+    b1 = b.op("Relu", [b.conv(x, 4, 8, k=1)])
+    b2 = b.op("Relu", [b.conv(b.op("Relu", [b.conv(x, 4, 4, k=1)]), 4, 8)])
+    pooled = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    b3 = b.op("Relu", [b.conv(pooled, 4, 8)])
+    joined = b.op("Concat", [b1, b2, b3], axis=1)  # in place
+    y = b.op("Relu", [b.conv(joined, 24, 8)])
+    gated = b.op("Mul", [b1, y])  # b1 read after its concat
+    twice = b.op("Concat", [gated, gated], axis=1)  # the same tensor twice: copy
+    b.op("GlobalAveragePool", [twice], out="pooled")
+    c1 = b.op("Relu", [b.conv(gated, 8, 4)])
+    c2 = b.op("Relu", [b.conv(gated, 8, 4)])
+    squashed = b.op("Sigmoid", [b.op("Concat", [c1, c2], axis=1)])  # written over its concat
+    gate = b.conv(squashed, 8, 4)
+    b.op("GlobalAveragePool", [b.op("Mul", [c1, gate])], out="side")  # c1 still read
+    left = b.op("Relu", [b.conv(gate, 4, 2)])
+    wide = b.op("Concat", [left, b.op("Relu", [b.conv(gate, 4, 2)])], axis=3)  # inner axis: copy
+    b.op("GlobalAveragePool", [wide], out="wide")
+    return b.model("concat_block", [f32("image", [1, 3, 16, 16])],
+                   [f32("pooled", [1, 16, 1, 1]), f32("side", [1, 4, 1, 1]), f32("wide", [1, 2, 1, 1])])
+
+
+MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block]
 
 
 def run_once(path, model):
@@ -195,9 +225,17 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(here, "..", "testdata"), help="output directory")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="generate only this model (repeatable), e.g. --only concat_block")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    known = {make.__name__ for make in MODELS}
+    for name in args.only or []:
+        if name not in known:
+            parser.error(f"no model named {name} (models: {', '.join(sorted(known))})")
     for make in MODELS:
+        if args.only and make.__name__ not in args.only:
+            continue
         model = make()
         path = os.path.join(args.out, make.__name__ + ".onnx")
         onnx.save(model, path)

@@ -57,7 +57,8 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u
     let offset_of: Vec<Option<u64>> = p
         .buffer_of
         .iter()
-        .map(|b| b.map(|b| p.plan.offsets[b]))
+        .enumerate()
+        .map(|(id, b)| b.map(|b| p.plan.offsets[b] + g.offset_in_buffer(id)))
         .collect();
     let mut tensors = Vec::with_capacity(g.tensors.len());
     let mut weights: Vec<&'g [u8]> = Vec::with_capacity(g.tensors.len());
@@ -93,6 +94,9 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u
             alias_of: t.alias.map(|a| match a {
                 stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
                 stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
+                stow_onnx::Alias::ConcatSlice { concat_output, .. } => {
+                    (AliasKind::ConcatSlice, concat_output as u32)
+                }
             }),
         });
     }

@@ -1,4 +1,4 @@
-//! In-place and view sharing: smaller arenas, visible in `inspect`, never
+//! In-place, view and concat sharing: smaller arenas, visible in `inspect`, never
 //! over graph inputs unless asked, and still bit-exact (see verify.rs).
 
 mod common;
@@ -23,24 +23,32 @@ fn tensor<'a>(json: &'a Value, name: &str) -> &'a Value {
 fn reuse_shrinks_arenas_and_each_switch_matters() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.stow");
-    for name in ["mobilenet_block.onnx", "transformer_block.onnx"] {
+    let off = ["--no-inplace", "--no-views", "--no-concat-inplace"];
+    // (model, in place must matter, concat in place must matter)
+    for (name, inplace_matters, concat_matters) in [
+        ("mobilenet_block.onnx", false, false),
+        ("transformer_block.onnx", true, false),
+        ("concat_block.onnx", false, true),
+    ] {
         let model = testdata(name);
         let all = arena(&compile_and_inspect(&model, &out, &[]));
-        let none = arena(&compile_and_inspect(
-            &model,
-            &out,
-            &["--no-inplace", "--no-views"],
-        ));
+        let none = arena(&compile_and_inspect(&model, &out, &off));
         let no_inplace = arena(&compile_and_inspect(&model, &out, &["--no-inplace"]));
-        assert!(
-            all < none,
-            "{name}: reuse on {all} should beat reuse off {none}"
-        );
-        assert!(
-            all < no_inplace,
-            "{name}: in place should matter ({all} vs {no_inplace})"
-        );
-        assert!(no_inplace <= none, "{name}");
+        let no_concat = arena(&compile_and_inspect(&model, &out, &["--no-concat-inplace"]));
+        assert!(all <= none, "{name}: reuse on {all} vs off {none}");
+        assert!(no_inplace <= none && no_concat <= none, "{name}");
+        if inplace_matters {
+            assert!(all < no_inplace, "{name}: in place ({all} vs {no_inplace})");
+        }
+        if concat_matters {
+            assert!(
+                all < no_concat,
+                "{name}: concat in place ({all} vs {no_concat})"
+            );
+        }
+        if inplace_matters || concat_matters {
+            assert!(all < none, "{name}: reuse on {all} should beat off {none}");
+        }
     }
 }
 

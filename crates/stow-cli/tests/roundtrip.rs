@@ -87,7 +87,12 @@ fn bundle_records_match_plan_and_weights_match_model() {
             let rec = &c.tensors[tid];
             let info = &graph.tensors[tid];
             assert_eq!(rec.region, Region::Arena);
-            assert_eq!(rec.offset, expected.offsets[buffer], "{}", info.name);
+            assert_eq!(
+                rec.offset,
+                expected.offsets[buffer] + graph.offset_in_buffer(tid),
+                "{}",
+                info.name
+            );
             assert_eq!(rec.size, info.bytes);
             assert_eq!(rec.name, info.name);
             assert_eq!(

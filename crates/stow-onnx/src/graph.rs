@@ -1,10 +1,11 @@
 use crate::alias::Alias;
 use crate::attrs::{attributes, Attr};
+use crate::dag::{Event, StepDag, Usage};
 use crate::dtype::element_type;
 use crate::error::{OnnxError, Stage};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use stow_plan::{Buffer, ConflictModel, Problem};
+use stow_plan::{Buffer, BufferId, ConflictModel, Problem};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::konst::Const;
 use tract_onnx::tract_core::ops::source::TypedSource;
@@ -49,7 +50,8 @@ pub struct TensorInfo {
     pub last_step: u32,
     /// tract node id and output slot that produce it.
     pub outlet: (usize, usize),
-    /// The earlier tensor whose bytes this one shares, if any.
+    /// The tensor whose bytes this one shares, if any (for a concat slice,
+    /// the later concat output it is written into).
     pub alias: Option<Alias>,
 }
 
@@ -87,6 +89,11 @@ pub struct ModelGraph {
     pub order: ExecutionOrder,
     /// Lower bound of the arena under each order tried, in the order tried.
     pub order_bounds: Vec<(ExecutionOrder, u64)>,
+    /// Steps that are concats done in place: their inputs already sit in
+    /// their slices, so the step copies nothing.
+    pub(crate) free_concat: Vec<bool>,
+    /// Plan for parallel branches running at the same time.
+    pub(crate) concurrent: bool,
     weights: Vec<Option<Arc<Tensor>>>,
     model: TypedModel,
 }
@@ -130,12 +137,53 @@ impl ModelGraph {
         tensor
     }
 
+    /// Where `tensor` starts inside the buffer of its alias root (non-zero
+    /// only for concat slices).
+    pub fn offset_in_buffer(&self, mut tensor: usize) -> u64 {
+        let mut offset = 0u64;
+        while let Some(a) = self.tensors[tensor].alias {
+            offset = offset.saturating_add(a.byte_offset());
+            tensor = a.target();
+        }
+        offset
+    }
+
+    /// True when step `step` is a concat done in place: its inputs were
+    /// written into their slices of its output, so it has nothing to do.
+    pub fn concat_in_place(&self, step: usize) -> bool {
+        self.free_concat.get(step).copied().unwrap_or(false)
+    }
+
+    /// True when the graph was analysed for parallel branches running at
+    /// the same time (`--concurrent-branches`).
+    pub fn concurrent_branches(&self) -> bool {
+        self.concurrent
+    }
+
     /// The planning problem for the arena, with offsets aligned to `align`:
-    /// one buffer per alias root, as large as its largest member and live
-    /// from its first member's first step to its last member's last step.
+    /// one buffer per alias root, large enough for every member at its
+    /// offset ([`ModelGraph::offset_in_buffer`]) and live from its first
+    /// member's first step to its last member's last step. With concurrent
+    /// branches the conflicts are explicit (see [`ModelGraph::branch_conflicts`]).
     /// Returns the problem and, for every tensor, its buffer (`None` for
     /// weights).
     pub fn problem(&self, align: u64) -> (Problem, Vec<Option<usize>>) {
+        let (buffers, buffer_of) = self.buffers(align);
+        let conflicts = if self.concurrent {
+            ConflictModel::Explicit(self.branch_conflicts(&buffer_of, buffers.len()))
+        } else {
+            ConflictModel::Lifetimes
+        };
+        (Problem::new(buffers, conflicts), buffer_of)
+    }
+
+    /// Largest total size of buffers live at one step of the recorded order.
+    pub(crate) fn sequential_peak(&self) -> u64 {
+        let (buffers, _) = self.buffers(1);
+        stow_plan::lower_bound(&Problem::new(buffers, ConflictModel::Lifetimes))
+    }
+
+    fn buffers(&self, align: u64) -> (Vec<Buffer>, Vec<Option<usize>>) {
         let mut buffers: Vec<Buffer> = Vec::new();
         let mut buffer_of: Vec<Option<usize>> = vec![None; self.tensors.len()];
         for (id, t) in self.tensors.iter().enumerate() {
@@ -147,16 +195,83 @@ impl ModelGraph {
                 Some(b) => b,
                 None => {
                     buffers.push(Buffer::new(0, t.first_step, t.last_step + 1, align));
+                    buffer_of[root] = Some(buffers.len() - 1);
                     buffers.len() - 1
                 }
             };
             buffer_of[id] = Some(b);
             let buf = &mut buffers[b];
-            buf.size = buf.size.max(t.bytes);
+            buf.size = buf
+                .size
+                .max(self.offset_in_buffer(id).saturating_add(t.bytes));
             buf.lifetime.start = buf.lifetime.start.min(t.first_step);
             buf.lifetime.end = buf.lifetime.end.max(t.last_step + 1);
         }
-        (Problem::new(buffers, ConflictModel::Lifetimes), buffer_of)
+        (buffers, buffer_of)
+    }
+
+    /// Conflict lists (symmetric, sorted) when parallel branches may run at
+    /// the same time (M1). Buffer A may share bytes with buffer B only when
+    /// every step that writes or reads A is an ancestor of every step that
+    /// writes B (or the other way round): then no schedule can run them at
+    /// once. A graph output is read after the last step, so nothing written
+    /// after it may reuse its bytes; an edge (a step reading A and writing
+    /// B) is a conflict because a step is not its own ancestor.
+    pub fn branch_conflicts(
+        &self,
+        buffer_of: &[Option<usize>],
+        buffers: usize,
+    ) -> Vec<Vec<BufferId>> {
+        let usage = Usage::new(self);
+        let dag = StepDag::new(self, &usage);
+        let words = dag.words();
+        // Per buffer: steps touching it (bit set), whether the caller reads
+        // it at the end, and the steps every writer has as ancestors.
+        let mut touched = vec![0u64; buffers * words];
+        let mut read_at_end = vec![false; buffers];
+        let mut common = vec![u64::MAX; buffers * words];
+        for (t, b) in buffer_of.iter().enumerate() {
+            let Some(b) = *b else { continue };
+            let mark = |e: Event, touched: &mut [u64], end: &mut [bool]| match e {
+                Event::Step(s) => touched[b * words + s / 64] |= 1 << (s % 64),
+                Event::End => end[b] = true,
+                Event::Start => {}
+            };
+            for e in usage.reads(t) {
+                mark(e, &mut touched, &mut read_at_end);
+            }
+            match self.write_event(&usage, t) {
+                Some(Event::Step(s)) => {
+                    mark(Event::Step(s), &mut touched, &mut read_at_end);
+                    for (c, a) in common[b * words..(b + 1) * words]
+                        .iter_mut()
+                        .zip(dag.ancestors(s))
+                    {
+                        *c &= a;
+                    }
+                }
+                // Written by the caller before every step: nothing precedes it.
+                Some(Event::Start) => common[b * words..(b + 1) * words].fill(0),
+                _ => {}
+            }
+        }
+        let before = |a: usize, b: usize| {
+            !read_at_end[a]
+                && touched[a * words..(a + 1) * words]
+                    .iter()
+                    .zip(&common[b * words..(b + 1) * words])
+                    .all(|(t, c)| t & !c == 0)
+        };
+        let mut adj: Vec<Vec<BufferId>> = vec![Vec::new(); buffers];
+        for a in 0..buffers {
+            for b in a + 1..buffers {
+                if !before(a, b) && !before(b, a) {
+                    adj[a].push(BufferId(b as u32));
+                    adj[b].push(BufferId(a as u32));
+                }
+            }
+        }
+        adj
     }
 }
 
@@ -164,7 +279,6 @@ fn tract_err(e: impl std::fmt::Display) -> OnnxError {
     OnnxError::tract(Stage::Analysis, e)
 }
 
-/// Records tensors and ops of a decluttered model in tract's RAM-optimised order.
 /// An execution order to record the model in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecutionOrder {
@@ -172,17 +286,25 @@ pub enum ExecutionOrder {
     TractRam,
     /// tract's plain topological order (`eval_order`).
     Topological,
+    /// Ours: among the steps ready to run, the one that frees the most
+    /// bytes net of what it allocates (see `order.rs`).
+    GreedyFree,
 }
 
 impl ExecutionOrder {
     /// Every order the frontend can try.
-    pub const ALL: [ExecutionOrder; 2] = [ExecutionOrder::TractRam, ExecutionOrder::Topological];
+    pub const ALL: [ExecutionOrder; 3] = [
+        ExecutionOrder::TractRam,
+        ExecutionOrder::Topological,
+        ExecutionOrder::GreedyFree,
+    ];
 
     /// Name shown to users.
     pub fn name(self) -> &'static str {
         match self {
             ExecutionOrder::TractRam => "tract-ram",
             ExecutionOrder::Topological => "topological",
+            ExecutionOrder::GreedyFree => "greedy-free",
         }
     }
 }
@@ -193,6 +315,7 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
     let order = match order {
         ExecutionOrder::TractRam => model.eval_order_opt_ram(),
         ExecutionOrder::Topological => model.eval_order(),
+        ExecutionOrder::GreedyFree => crate::order::greedy_free(&model),
     }
     .map_err(tract_err)?;
     let input_outlets = model.input_outlets().map_err(tract_err)?.to_vec();
@@ -364,6 +487,8 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
     }
     debug_assert!(is_input.len() == inputs.len());
     Ok(ModelGraph {
+        free_concat: vec![false; ops.len()],
+        concurrent: false,
         order: order_used,
         order_bounds: Vec::new(),
         tensors,
@@ -373,4 +498,86 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
         weights,
         model,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{load, LoadOptions, ReuseOptions};
+
+    fn concat_block(concurrent: bool) -> super::ModelGraph {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/concat_block.onnx");
+        load(
+            &path,
+            &LoadOptions {
+                reuse: ReuseOptions {
+                    concurrent_branches: concurrent,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn every_order_is_tried_and_the_best_kept() {
+        let graph = concat_block(false);
+        assert_eq!(graph.order_bounds.len(), super::ExecutionOrder::ALL.len());
+        let best = graph.order_bounds.iter().map(|(_, b)| *b).min().unwrap();
+        let chosen = graph
+            .order_bounds
+            .iter()
+            .find(|(o, _)| *o == graph.order)
+            .unwrap()
+            .1;
+        assert_eq!(chosen, best);
+        assert_eq!(stow_plan::lower_bound(&graph.problem(1).0), best);
+    }
+
+    #[test]
+    fn concurrent_branches_give_explicit_symmetric_conflicts() {
+        let graph = concat_block(true);
+        let (problem, buffer_of) = graph.problem(64);
+        problem.validate().unwrap();
+        let stow_plan::ConflictModel::Explicit(adj) = &problem.conflicts else {
+            panic!("expected explicit conflicts");
+        };
+        for (a, list) in adj.iter().enumerate() {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+            for b in list {
+                assert!(adj[b.index()].contains(&stow_plan::BufferId(a as u32)));
+            }
+        }
+        // Some pair shares bytes on one schedule but not when branches run
+        // at once.
+        let sequential =
+            super::Problem::new(problem.buffers.clone(), stow_plan::ConflictModel::Lifetimes);
+        let n = problem.buffers.len();
+        let extra = (0..n)
+            .flat_map(|a| (0..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| {
+                let (a, b) = (stow_plan::BufferId(a as u32), stow_plan::BufferId(b as u32));
+                problem.conflict(a, b) && !sequential.conflict(a, b)
+            })
+            .count();
+        assert!(extra > 0);
+        // Nothing written after a graph output reuses its bytes.
+        for &out in &graph.outputs {
+            let o = buffer_of[out].unwrap();
+            let written = graph.producer_step(out).unwrap();
+            for (t, b) in buffer_of.iter().enumerate() {
+                let Some(b) = *b else { continue };
+                if b != o && graph.producer_step(t).is_some_and(|s| s > written) {
+                    assert!(
+                        problem
+                            .conflict(stow_plan::BufferId(o as u32), stow_plan::BufferId(b as u32)),
+                        "{} reuses output {}",
+                        graph.tensors[t].name,
+                        graph.tensors[out].name
+                    );
+                }
+            }
+        }
+    }
 }

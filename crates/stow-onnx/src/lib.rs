@@ -2,20 +2,23 @@
 //! operator list that Stowage plans and bundles.
 //!
 //! The model is loaded with tract-onnx, input shapes are fixed (from the
-//! model, `--input` or `--dim`), the graph is decluttered, and tract's
-//! RAM-optimised execution order becomes the step numbering. Every tensor
+//! model, `--input` or `--dim`), the graph is decluttered, and the execution
+//! order with the smallest arena lower bound (tract's RAM order, topological,
+//! or our greedy order) becomes the step numbering. Every tensor
 //! that an executed step reads or writes is recorded once.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod alias;
 mod attrs;
+mod dag;
 mod dtype;
 mod error;
 mod execute;
 mod graph;
 mod inputs;
 mod load;
+mod order;
 mod shapes;
 
 pub use alias::{Alias, ReuseOptions};

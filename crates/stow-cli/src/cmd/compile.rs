@@ -125,8 +125,13 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .filter(|t| matches!(t.alias, Some(Alias::View(_))))
         .count();
+    let slices = graph
+        .tensors
+        .iter()
+        .filter(|t| matches!(t.alias, Some(Alias::ConcatSlice { .. })))
+        .count();
     println!(
-        "  tensors        {} ({arena_tensors} in the arena: {} buffers, {in_place} in place, {views} views)",
+        "  tensors        {} ({arena_tensors} in the arena: {} buffers, {in_place} in place, {views} views, {slices} concat slices)",
         graph.tensors.len(),
         problem.buffers.len()
     );

@@ -16,6 +16,15 @@ pub struct ReuseArgs {
     /// Let in-place ops overwrite graph inputs (the caller's input is lost).
     #[arg(long)]
     pub reuse_inputs: bool,
+    /// Do not let producers write into their slice of a concat's output
+    /// (the concat copies instead).
+    #[arg(long)]
+    pub no_concat_inplace: bool,
+    /// Plan for parallel branches running at the same time: their tensors
+    /// never share bytes, graph outputs are never reused, and the planner
+    /// works on an explicit conflict graph.
+    #[arg(long)]
+    pub concurrent_branches: bool,
 }
 
 impl ReuseArgs {
@@ -25,6 +34,8 @@ impl ReuseArgs {
             inplace: !self.no_inplace,
             views: !self.no_views,
             reuse_inputs: self.reuse_inputs,
+            concat_inplace: !self.no_concat_inplace,
+            concurrent_branches: self.concurrent_branches,
         }
     }
 }
