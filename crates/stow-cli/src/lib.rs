@@ -2,3 +2,4 @@
 //! the same pipeline: ONNX model → plan → bundle contents.
 
 pub mod build;
+pub mod picture;

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::PathBuf;
 use stow_bundle::{AliasKind, Contents, Region, Tensor, TensorKind};
+use stow_cli::picture::{self, Layout};
 
 /// Arguments of `stow inspect`.
 #[derive(clap::Args)]
@@ -17,6 +18,17 @@ pub struct Args {
     /// Also verify the weight checksum.
     #[arg(long)]
     pub check: bool,
+    /// Write an SVG picture of the arena (x: execution step, y: offset).
+    #[arg(long, value_name = "OUT.svg")]
+    pub svg: Option<PathBuf>,
+    /// Write the picture as one self-contained HTML page with zoom, pan,
+    /// hover details and the tensors live at the peak step.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+    /// Print a text chart of the arena instead of the tensor table: one row
+    /// per step, at most 100 columns wide.
+    #[arg(long, conflicts_with = "json")]
+    pub chart: bool,
 }
 
 pub(crate) fn kind_name(k: TensorKind) -> &'static str {
@@ -61,6 +73,9 @@ fn shape_text(shape: &[u64]) -> String {
     )
 }
 
+/// A picture renderer: layout in, file contents out.
+type Render = fn(&Layout<'_>) -> String;
+
 /// Runs `stow inspect`.
 pub fn run(args: Args) -> Result<()> {
     let bundle = stow_runtime::Bundle::open(&args.bundle)
@@ -71,6 +86,38 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("checking weights of {}", args.bundle.display()))?;
     }
     let c = bundle.contents();
+    let pictures: Vec<(&PathBuf, Render)> = [
+        (args.svg.as_ref(), picture::svg::render as Render),
+        (args.html.as_ref(), picture::html::render),
+    ]
+    .into_iter()
+    .filter_map(|(path, render)| path.map(|p| (p, render)))
+    .collect();
+    // Every output is checked before any is written, so a bad second path
+    // does not leave the first picture behind.
+    for (path, _) in &pictures {
+        picture::check_output_path(path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !pictures.is_empty() || args.chart {
+        let layout = Layout::new(c);
+        for (path, render) in &pictures {
+            picture::write_atomically(path, render(&layout).as_bytes())
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "wrote {} ({} arena tensors, {})",
+                path.display(),
+                layout.blocks.len(),
+                layout.peak_text()
+            );
+        }
+        if args.chart {
+            crate::cmd::emit(&picture::chart::render(&layout));
+            return Ok(());
+        }
+        if !args.json {
+            return Ok(());
+        }
+    }
     if args.json {
         let tensors: Vec<_> = c
             .tensors
