@@ -353,25 +353,57 @@ pub(crate) fn lowest_gap(taken: &[Taken], size: u64, align: u64) -> u64 {
 /// Compressed time: the sorted distinct lifetime boundaries of a problem.
 pub(crate) struct Timeline {
     pub points: Vec<u32>,
+    /// For dense schedules, `rank[t]` is the index of boundary `t`.
+    rank: Option<Vec<u32>>,
 }
 
 impl Timeline {
     pub fn new(problem: &Problem) -> Self {
-        let mut points: Vec<u32> = Vec::with_capacity(problem.buffers.len() * 2);
-        for b in &problem.buffers {
-            if b.lifetime.start < b.lifetime.end {
-                points.push(b.lifetime.start);
-                points.push(b.lifetime.end);
+        let live = problem
+            .buffers
+            .iter()
+            .filter(|b| b.lifetime.start < b.lifetime.end);
+        let horizon = live
+            .clone()
+            .map(|b| b.lifetime.end as usize)
+            .max()
+            .unwrap_or(0);
+        if horizon <= 4 * problem.buffers.len() + 1024 {
+            // Dense schedules (one step per operator) skip the sort.
+            let mut present = vec![false; horizon + 1];
+            for b in live {
+                present[b.lifetime.start as usize] = true;
+                present[b.lifetime.end as usize] = true;
             }
+            let mut points = Vec::new();
+            let mut rank = vec![0u32; horizon + 1];
+            for (t, &p) in present.iter().enumerate() {
+                rank[t] = points.len() as u32;
+                if p {
+                    points.push(t as u32);
+                }
+            }
+            return Timeline {
+                points,
+                rank: Some(rank),
+            };
+        }
+        let mut points: Vec<u32> = Vec::with_capacity(problem.buffers.len() * 2);
+        for b in live {
+            points.push(b.lifetime.start);
+            points.push(b.lifetime.end);
         }
         points.sort_unstable();
         points.dedup();
-        Timeline { points }
+        Timeline { points, rank: None }
     }
 
     /// Index of the boundary `t` (which must be one of the points).
     pub fn at(&self, t: u32) -> usize {
-        self.points.partition_point(|&p| p < t)
+        match &self.rank {
+            Some(rank) => rank[t as usize] as usize,
+            None => self.points.partition_point(|&p| p < t),
+        }
     }
 
     /// Number of elementary segments `[points[i], points[i + 1])`.

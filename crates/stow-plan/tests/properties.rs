@@ -253,6 +253,26 @@ proptest! {
     }
 
     #[test]
+    fn sparse_step_numbers_plan_like_dense_ones(
+        seed in any::<u64>(), n in 1usize..50, steps in 1u32..30,
+    ) {
+        // Far-apart step numbers take the sorting paths of the bound and of
+        // the time index; dense ones take the direct tables.
+        let dense = unpinned(random_lifetimes(seed, n, steps, 500));
+        let mut sparse = dense.clone();
+        for b in &mut sparse.buffers {
+            b.lifetime.start = b.lifetime.start * 100_000 + 7;
+            b.lifetime.end = b.lifetime.end * 100_000 + 7;
+        }
+        prop_assert_eq!(lower_bound(&dense), lower_bound(&sparse));
+        for s in [Strategy::GreedySize, Strategy::GreedyBreadth, Strategy::PeakSuppression] {
+            let a = plan(&dense, &options(s)).unwrap();
+            let b = plan(&sparse, &options(s)).unwrap();
+            prop_assert_eq!(a.arena_bytes, b.arena_bytes, "{}", s);
+        }
+    }
+
+    #[test]
     fn first_fit_pool_never_hands_out_overlapping_blocks(
         ops in proptest::collection::vec((any::<bool>(), 1u64..300, 0usize..64), 1..200),
     ) {
