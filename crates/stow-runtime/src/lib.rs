@@ -1,16 +1,39 @@
 //! Device-side access to a bundle: map the file read-only, validate it
-//! once, then hand out its contents and zero-copy weight bytes.
+//! once, then hand out its contents, zero-copy weight views and an arena.
 //!
-//! Validation is [`stow_bundle::BundleView::parse`]: everything but the
-//! weight checksum, which [`Bundle::verify_weights`] checks on request.
+//! - [`Bundle::open`] maps and validates ([`stow_bundle::BundleView::parse`]:
+//!   everything but the weight checksum, which [`Bundle::verify_weights`]
+//!   checks on request). Opening reads no weight bytes, so it costs the
+//!   same for a 1 KB and a 400 MB model.
+//! - [`Bundle::weight`] views a weight as `&[T]` in the mapping, checking
+//!   element type, length and alignment; [`Bundle::tensor`],
+//!   [`Bundle::inputs`] and [`Bundle::outputs`] describe tensors.
+//! - [`Arena::new`] allocates the planned activation arena once;
+//!   [`Arena::tensor`] and [`Arena::tensor_mut`] view the tensors in it.
+//! - [`Bundle::release_host_pages`] drops the weight pages from this
+//!   process's resident memory once they were copied elsewhere (method M5).
+//!
+//! Lookups fail with a [`LookupError`] naming the tensor; nothing panics
+//! on the contents of a bundle. See `docs/RUNTIME.md`.
 #![deny(missing_docs)]
 // The memory map is the one unsafe operation; it is allowed where it
 // happens, with its safety argument.
 #![deny(unsafe_code)]
 
+mod arena;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
+mod lookup;
+
+pub use arena::{Arena, ArenaError, MAX_ARENA_ALIGN};
+pub use lookup::{BoolByte, Element, F16Bits, LookupError, TensorKey, TensorRef};
+
 use memmap2::Mmap;
 use std::path::{Path, PathBuf};
-use stow_bundle::{BundleError, BundleView, Contents, HeaderInfo, OwnedBundle, SectionInfo};
+use std::sync::Arc;
+use stow_bundle::{
+    BundleError, BundleView, Contents, HeaderInfo, OwnedBundle, Region, SectionInfo,
+};
 use thiserror::Error;
 
 /// Why a bundle could not be opened or checked.
@@ -36,11 +59,31 @@ pub enum RuntimeError {
     },
 }
 
+/// The mapping, shared between the validated bundle (which reads it) and
+/// [`Bundle`] (which gives the kernel advice about it).
+#[derive(Clone)]
+struct Mapping(Arc<Mmap>);
+
+impl AsRef<[u8]> for Mapping {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// A validated, read-only memory-mapped bundle.
-#[derive(Debug)]
 pub struct Bundle {
-    inner: OwnedBundle<Mmap>,
+    inner: OwnedBundle<Mapping>,
+    map: Arc<Mmap>,
     path: PathBuf,
+}
+
+impl std::fmt::Debug for Bundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bundle")
+            .field("path", &self.path)
+            .field("view", &self.view())
+            .finish()
+    }
 }
 
 impl Bundle {
@@ -59,13 +102,15 @@ impl Bundle {
         // bundle does not change while this process holds it. Its contents
         // are validated before any byte is trusted.
         #[allow(unsafe_code)]
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let inner = OwnedBundle::new(map).map_err(|source| RuntimeError::Invalid {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(io)?);
+        let inner =
+            OwnedBundle::new(Mapping(map.clone())).map_err(|source| RuntimeError::Invalid {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Ok(Bundle {
             inner,
+            map,
             path: path.to_path_buf(),
         })
     }
@@ -110,5 +155,97 @@ impl Bundle {
     /// The file this bundle was opened from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The tensor `key` (an id or a name) names.
+    pub fn tensor<K: TensorKey + ?Sized>(&self, key: &K) -> Result<TensorRef<'_>, LookupError> {
+        lookup::find(self.contents(), key)
+    }
+
+    /// The graph inputs, in model order (their bytes are in the arena).
+    pub fn inputs(&self) -> impl Iterator<Item = TensorRef<'_>> + '_ {
+        self.io(&self.contents().inputs)
+    }
+
+    /// The graph outputs, in model order (their bytes are in the arena).
+    pub fn outputs(&self) -> impl Iterator<Item = TensorRef<'_>> + '_ {
+        self.io(&self.contents().outputs)
+    }
+
+    fn io<'a>(&'a self, ids: &'a [u32]) -> impl Iterator<Item = TensorRef<'a>> + 'a {
+        let tensors = &self.contents().tensors;
+        // Validation checked that every input and output id exists, so
+        // nothing is skipped here.
+        ids.iter().filter_map(move |&id| {
+            Some(TensorRef {
+                id,
+                tensor: tensors.get(id as usize)?,
+            })
+        })
+    }
+
+    /// Weight `key` as a slice of `T` borrowed from the mapping, no copy.
+    /// `T` must be the weight's element type ([`Element`]: `f32`, `i64`,
+    /// ..., [`F16Bits`], [`BoolByte`]); the bytes must be aligned for `T`
+    /// (always true of a mapped bundle: weights are 64-byte aligned).
+    pub fn weight<T: Element, K: TensorKey + ?Sized>(&self, key: &K) -> Result<&[T], LookupError> {
+        let t = self.tensor(key)?;
+        if t.tensor.region != Region::Weights {
+            return Err(LookupError::NotAWeight {
+                name: t.name().to_string(),
+                id: t.id,
+            });
+        }
+        lookup::check_dtype::<T>(t)?;
+        let bytes = self
+            .weight_bytes(t.id)
+            .ok_or_else(|| lookup::bad_length(t, t.tensor.size))?;
+        lookup::cast(t, bytes)
+    }
+
+    /// Tells the operating system that this process no longer needs the
+    /// weight pages resident: call it once the weights were copied to a
+    /// device or into another buffer (method M5). The pages leave this
+    /// process's resident set at once; the file's pages stay in the page
+    /// cache, shared and reclaimable, until the kernel needs the memory.
+    ///
+    /// Borrowed weight slices stay valid and unchanged: touching them again
+    /// faults the pages back in from the file. Header, tables and metadata
+    /// are already decoded into [`Bundle::contents`], so nothing else needs
+    /// the mapping. A no-op (returning `Ok`) on non-Unix systems.
+    pub fn release_host_pages(&self) -> Result<(), RuntimeError> {
+        let range = self.view().weight_section_range();
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.dont_need(range).map_err(|source| RuntimeError::Io {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    #[cfg(unix)]
+    fn dont_need(&self, range: std::ops::Range<usize>) -> std::io::Result<()> {
+        // SAFETY: MADV_DONTNEED is "unchecked" advice because on a private
+        // or anonymous mapping it discards contents, changing bytes under
+        // live borrows. This mapping is a read-only shared mapping of a file
+        // (`Mmap::map` uses MAP_SHARED, PROT_READ) that is never modified
+        // in place (see `open`): dropped pages are re-read from the file on
+        // the next access with the same bytes, so every outstanding `&[u8]`
+        // still sees what it saw. The range is the validated weight section,
+        // inside the mapping; memmap2 rounds its start down to a page.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                range.start,
+                range.len(),
+            )
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn dont_need(&self, _range: std::ops::Range<usize>) -> std::io::Result<()> {
+        Ok(())
     }
 }
