@@ -11,6 +11,7 @@ naive (no reuse), arena / lower bound, verify time (wall, whole `stow verify`).
 import argparse
 import glob
 import json
+import re
 import os
 import subprocess
 import sys
@@ -54,9 +55,11 @@ def main():
 
 def reuse_table(args, models):
     configs = [("all reuse", []), ("no in-place", ["--no-inplace"]), ("no views", ["--no-views"]),
-               ("lifetimes only", ["--no-inplace", "--no-views"])]
-    print("| model | " + " | ".join(f"{c} B" for c, _ in configs) + " | saved |")
-    print("|---|" + "---:|" * (len(configs) + 1))
+               ("no concat in place", ["--no-concat-inplace"]),
+               ("lifetimes only", ["--no-inplace", "--no-views", "--no-concat-inplace"]),
+               ("concurrent branches", ["--concurrent-branches"])]
+    print("| model | " + " | ".join(f"{c} B" for c, _ in configs) + " | saved vs lifetimes | bound per order |")
+    print("|---|" + "---:|" * (len(configs) + 1) + "---|")
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
             bundle = os.path.join(tmp, "m.stow")
@@ -65,9 +68,14 @@ def reuse_table(args, models):
                 subprocess.run([args.stow, "compile", model, "-o", bundle] + flags, check=True, capture_output=True)
                 j = json.loads(subprocess.run([args.stow, "inspect", "--json", bundle], check=True, capture_output=True).stdout)
                 arenas.append(j["arena_bytes"])
-            saved = 1 - arenas[0] / arenas[-1]
+            saved = 1 - arenas[0] / arenas[4]
             name = os.path.basename(model)[:-5]
-            print(f"| {name} | " + " | ".join(f"{a:,}" for a in arenas) + f" | {saved:.1%} |", flush=True)
+            # Lower bound under each execution order tried (default flags).
+            out = subprocess.run([args.stow, "compile", model, "-o", bundle], check=True,
+                                 capture_output=True, text=True).stdout
+            orders = next((l.split("bounds:")[1] for l in out.splitlines() if "bounds:" in l), "")
+            orders = re.sub(r" B \([^)]*\)", "", orders).strip(" )")
+            print(f"| {name} | " + " | ".join(f"{a:,}" for a in arenas) + f" | {saved:.1%} | {orders} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -282,18 +282,51 @@ fn shares_bytes(problem: &Problem, plan: &Plan, i: usize, j: usize) -> bool {
     plan.pool[i] == plan.pool[j] && a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1
 }
 
-/// True when no two time-overlapping buffers share bytes. Sweeps time;
-/// the live ranges of each pool are kept in a map keyed by start.
-fn lifetimes_disjoint(problem: &Problem, plan: &Plan) -> bool {
-    let mut events: Vec<(u32, bool, usize)> = Vec::new();
-    for (i, b) in problem.buffers.iter().enumerate() {
-        if b.size > 0 && b.lifetime.start < b.lifetime.end {
+/// Every start and end of a non-empty buffer's lifetime, by step; at equal
+/// steps ends come first (half-open lifetimes), then ids in order.
+fn lifetime_events(problem: &Problem) -> Vec<(u32, bool, usize)> {
+    let live = |b: &crate::problem::Buffer| b.size > 0 && b.lifetime.start < b.lifetime.end;
+    let horizon = problem
+        .buffers
+        .iter()
+        .filter(|b| live(b))
+        .map(|b| b.lifetime.end as usize)
+        .max()
+        .unwrap_or(0);
+    if horizon > 4 * problem.buffers.len() + 1024 {
+        let mut events: Vec<(u32, bool, usize)> = Vec::new();
+        for (i, b) in problem.buffers.iter().enumerate().filter(|(_, b)| live(b)) {
             events.push((b.lifetime.start, true, i));
             events.push((b.lifetime.end, false, i));
         }
+        events.sort_unstable();
+        return events;
     }
-    // At equal steps, ends (false) before starts: half-open lifetimes.
-    events.sort_unstable();
+    // Dense schedules: a counting sort over (step, end/start) slots.
+    let slot = |step: u32, start: bool| 2 * step as usize + usize::from(start);
+    let mut first = vec![0usize; 2 * horizon + 3];
+    for b in problem.buffers.iter().filter(|b| live(b)) {
+        first[slot(b.lifetime.start, true) + 1] += 1;
+        first[slot(b.lifetime.end, false) + 1] += 1;
+    }
+    for k in 1..first.len() {
+        first[k] += first[k - 1];
+    }
+    let mut events = vec![(0u32, false, 0usize); first[first.len() - 1]];
+    for (i, b) in problem.buffers.iter().enumerate().filter(|(_, b)| live(b)) {
+        for (step, start) in [(b.lifetime.start, true), (b.lifetime.end, false)] {
+            let at = &mut first[slot(step, start)];
+            events[*at] = (step, start, i);
+            *at += 1;
+        }
+    }
+    events
+}
+
+/// True when no two time-overlapping buffers share bytes. Sweeps time;
+/// the live ranges of each pool are kept in a map keyed by start.
+fn lifetimes_disjoint(problem: &Problem, plan: &Plan) -> bool {
+    let events = lifetime_events(problem);
     let mut live: BTreeMap<(u32, u64, usize), u64> = BTreeMap::new();
     for (_, start, i) in events {
         let (lo, hi) = range(problem, plan, i);
