@@ -24,8 +24,9 @@ pub(crate) struct Taken {
 
 pub(crate) struct PlacedIndex<'p> {
     problem: &'p Problem,
-    offsets: Vec<u64>,
-    placed: Vec<bool>,
+    /// Each buffer's offset once placed (one array: buffers are visited in
+    /// no useful order, and a second one would cost a second cache miss).
+    offsets: Vec<Option<u64>>,
     kind: Kind,
 }
 
@@ -45,11 +46,19 @@ struct CoverTree {
     /// `entries[first[v]..first[v + 1]]` are the buffers filed under node `v`.
     first: Vec<u32>,
     entries: Vec<Entry>,
-    /// `slots[slot_first[i]..slot_first[i + 1]]`: where buffer `i`'s entries are.
-    slot_first: Vec<u32>,
+    /// Where each buffer's entries are, in `slots`, and its lifetime in
+    /// time segments: one record per buffer, since buffers are visited in
+    /// no useful order and each separate array would cost a cache miss.
+    of: Vec<Filed>,
     slots: Vec<u32>,
-    /// Each buffer's lifetime as a range of time segments.
-    span: Vec<(u32, u32)>,
+}
+
+#[derive(Clone, Copy)]
+struct Filed {
+    from: u32,
+    to: u32,
+    slots_at: u32,
+    slots_end: u32,
 }
 
 /// A buffer filed under a node, with a copy of its placement so that a
@@ -131,18 +140,28 @@ impl CoverTree {
                 fill[v] += 1;
             });
         }
+        let of = span
+            .iter()
+            .enumerate()
+            .map(|(i, &(from, to))| Filed {
+                from,
+                to,
+                slots_at: slot_first[i],
+                slots_end: slot_first[i + 1],
+            })
+            .collect();
         CoverTree {
             width,
             first,
             entries,
-            slot_first,
+            of,
             slots,
-            span,
         }
     }
 
     fn set(&mut self, id: usize, start: u64, end: u64) {
-        let slots = &self.slots[self.slot_first[id] as usize..self.slot_first[id + 1] as usize];
+        let f = self.of[id];
+        let slots = &self.slots[f.slots_at as usize..f.slots_end as usize];
         for &at in slots {
             let e = &mut self.entries[at as usize];
             e.start = start;
@@ -153,7 +172,7 @@ impl CoverTree {
     /// Pushes every placed buffer whose lifetime overlaps buffer `id`'s
     /// (other than `id`), once each.
     fn overlapping(&self, id: usize, out: &mut Vec<Taken>) {
-        let (a, b) = self.span[id];
+        let (a, b) = (self.of[id].from, self.of[id].to);
         if a >= b {
             return;
         }
@@ -221,20 +240,18 @@ impl<'p> PlacedIndex<'p> {
         let n = problem.buffers.len();
         PlacedIndex {
             problem,
-            offsets: vec![0; n],
-            placed: vec![false; n],
+            offsets: vec![None; n],
             kind,
         }
     }
 
     pub fn is_placed(&self, id: usize) -> bool {
-        self.placed[id]
+        self.offsets[id].is_some()
     }
 
     /// Records buffer `id` at `offset`.
     pub fn place(&mut self, id: usize, offset: u64) {
-        self.offsets[id] = offset;
-        self.placed[id] = true;
+        self.offsets[id] = Some(offset);
         if let Kind::Lifetimes(tree) = &mut self.kind {
             let size = self.problem.buffers[id].size;
             tree.set(id, offset, offset.saturating_add(size));
@@ -243,10 +260,10 @@ impl<'p> PlacedIndex<'p> {
 
     /// Forgets buffer `id`'s placement.
     pub fn unplace(&mut self, id: usize) {
-        if !self.placed[id] {
+        if self.offsets[id].is_none() {
             return;
         }
-        self.placed[id] = false;
+        self.offsets[id] = None;
         if let Kind::Lifetimes(tree) = &mut self.kind {
             tree.set(id, 0, 0);
         }
@@ -264,8 +281,7 @@ impl<'p> PlacedIndex<'p> {
             Kind::Explicit(adj) => {
                 for &j in &adj[id] {
                     let b = &self.problem.buffers[j as usize];
-                    if b.size > 0 && self.placed[j as usize] {
-                        let start = self.offsets[j as usize];
+                    if let Some(start) = self.offsets[j as usize].filter(|_| b.size > 0) {
                         out.push(Taken {
                             start,
                             end: start.saturating_add(b.size),
@@ -280,7 +296,7 @@ impl<'p> PlacedIndex<'p> {
 
     /// The offsets of all buffers (0 for unplaced ones).
     pub fn into_offsets(self) -> Vec<u64> {
-        self.offsets
+        self.offsets.into_iter().map(|o| o.unwrap_or(0)).collect()
     }
 }
 
