@@ -187,3 +187,97 @@ fn inspect_rejects_a_non_bundle() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("mlp.onnx"), "{}", stderr(&o));
 }
+
+/// Weights in side files (`tools/gen_hostile.py`): read when they sit
+/// beside the model, refused — naming the tensor — when the location leaves
+/// the model's directory or the range leaves the file.
+#[test]
+fn external_data_outside_the_model_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.stow");
+    let hostile = repo_root().join("testdata/hostile");
+    for (name, expect) in [
+        (
+            "external_escape",
+            "location `../../etc/passwd` is not a path inside",
+        ),
+        (
+            "external_absolute",
+            "location `/etc/passwd` is not a path inside",
+        ),
+        ("external_past_end", "bytes 24..40 lie outside side file"),
+        ("external_missing", "side file `no_such_file.weights`"),
+    ] {
+        let model = hostile.join(format!("{name}.onnx"));
+        assert_clean_failure(
+            &[
+                "compile",
+                model.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            &out,
+            &[&format!("{name}.onnx"), "tensor `w`", expect],
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn external_data_through_a_symlink_out_of_the_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.onnx");
+    std::fs::copy(
+        repo_root().join("testdata/hostile/external_ok.onnx"),
+        &model,
+    )
+    .unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("secret.bin");
+    std::fs::write(&target, [0u8; 64]).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("external_ok.weights")).unwrap();
+    let out = dir.path().join("out.stow");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("leads outside the model's directory"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn external_data_beside_the_model_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ok.stow");
+    let model = repo_root().join("testdata/hostile/external_ok.onnx");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bundle = stow_runtime::Bundle::open(&out).unwrap();
+    let w = bundle
+        .contents()
+        .tensors
+        .iter()
+        .position(|t| t.name == "w" || t.name.starts_with("w."))
+        .expect("weight w in the bundle");
+    let bytes = bundle.weight_bytes(w as u32).unwrap();
+    let values: Vec<f32> = bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // The side file holds 16 bytes of padding, then 1, 2, 3, 4.
+    assert_eq!(values, [1.0, 2.0, 3.0, 4.0]);
+    let v = stow(&["verify", model.to_str().unwrap(), out.to_str().unwrap()]);
+    assert!(v.status.success(), "{}", stderr(&v));
+}

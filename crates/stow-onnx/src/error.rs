@@ -52,6 +52,17 @@ pub enum OnnxError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A tensor keeps its data in a side file that may not or cannot be
+    /// read: outside the model's directory, missing, or too short.
+    #[error("{}: tensor `{tensor}`: external data {reason}", path.display())]
+    ExternalData {
+        /// The model path.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Operators tract cannot run; every one is listed.
     #[error("unsupported operator(s): {}", .nodes.iter().map(|(n, op)| format!("node `{n}` ({op})")).collect::<Vec<_>>().join(", "))]
     UnsupportedOps {

@@ -15,6 +15,7 @@ mod dag;
 mod dtype;
 mod error;
 mod execute;
+mod external;
 mod graph;
 mod inputs;
 mod load;

@@ -30,12 +30,13 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         reason: e.to_string(),
     })?;
     drop(bytes);
-    if proto.graph.is_none() {
+    let Some(graph) = &proto.graph else {
         return Err(OnnxError::NotOnnx {
             path: path.to_path_buf(),
             reason: "no graph in the file".into(),
         });
-    }
+    };
+    crate::external::check(path, graph)?;
     let model_dir = path
         .parent()
         .and_then(|d| d.to_str())
