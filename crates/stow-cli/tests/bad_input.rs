@@ -281,3 +281,59 @@ fn external_data_beside_the_model_is_read() {
     let v = stow(&["verify", model.to_str().unwrap(), out.to_str().unwrap()]);
     assert!(v.status.success(), "{}", stderr(&v));
 }
+
+#[test]
+fn max_arena_refuses_large_tensors_and_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.stow");
+    let model = testdata("residual_cnn.onnx");
+    // The input image alone is 1x3x32x32 f32 = 12,288 bytes.
+    assert_clean_failure(
+        &[
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--max-arena",
+            "12000",
+        ],
+        &out,
+        &["tensor `image` needs 12288 bytes", "--max-arena 12000"],
+    );
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let arena: u64 = stdout(&o)
+        .lines()
+        .find(|l| l.trim_start().starts_with("arena "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap();
+    let limit = (arena - 1).to_string();
+    let v = stow(&[
+        "verify",
+        model.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--max-arena",
+        &limit,
+    ]);
+    assert!(!v.status.success());
+    assert!(
+        stderr(&v).contains(&format!("arena needs {arena} bytes")),
+        "{}",
+        stderr(&v)
+    );
+    let ok = (arena).to_string();
+    let v = stow(&[
+        "verify",
+        model.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--max-arena",
+        &ok,
+    ]);
+    assert!(v.status.success(), "{}", stderr(&v));
+}

@@ -2,7 +2,9 @@
 
 use crate::cmd::frontend::{load_options, ReuseArgs};
 use crate::cmd::plan::problem_csv;
-use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
+use crate::cmd::planning::{
+    compare_table, parse_align, within_max_arena, PlanArgs, DEFAULT_MAX_ARENA,
+};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,6 +41,9 @@ pub struct Args {
     /// first (the bundle uses `--strategy`).
     #[arg(long)]
     pub compare: bool,
+    /// Refuse any tensor or arena larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_ARENA)]
+    pub max_arena: u64,
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -66,11 +71,17 @@ pub fn run(args: Args) -> Result<()> {
     let options = load_options(&args.inputs, &args.dims, args.reuse)?;
     let graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("compiling {}", args.model.display()))?;
+    for t in graph.tensors.iter().filter(|t| t.role.in_arena()) {
+        within_max_arena(&format!("tensor `{}`", t.name), t.bytes, args.max_arena)
+            .with_context(|| format!("compiling {}", args.model.display()))?;
+    }
     let (problem, buffer_of) = graph.problem(args.align);
     if args.compare {
         print!("{}", compare_table(&problem, args.plan)?);
     }
     let chosen = plan(&problem, &args.plan.options())
+        .with_context(|| format!("planning {}", args.model.display()))?;
+    within_max_arena("the arena", chosen.arena_bytes, args.max_arena)
         .with_context(|| format!("planning {}", args.model.display()))?;
     let naive = plan(
         &problem,

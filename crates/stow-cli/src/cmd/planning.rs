@@ -37,6 +37,21 @@ impl PlanArgs {
     }
 }
 
+/// Default of `--max-arena`: large enough for any model that fits a
+/// device, small enough that a hostile model cannot make the tool plan (or
+/// `stow verify` allocate) absurd sizes.
+pub const DEFAULT_MAX_ARENA: u64 = 16 << 30;
+
+/// Refuses a tensor or arena above `limit`, naming it and its size.
+pub(crate) fn within_max_arena(what: &str, bytes: u64, limit: u64) -> Result<()> {
+    if bytes > limit {
+        anyhow::bail!(
+            "{what} needs {bytes} bytes, more than --max-arena {limit}; raise the limit if this is intended"
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
     s.parse::<Strategy>().map_err(|e| e.to_string())
 }

@@ -36,6 +36,10 @@ pub struct Args {
     /// Relative tolerance for the comparison with expected `output_N.pb` files.
     #[arg(long, default_value_t = 1e-4)]
     pub tolerance: f64,
+    /// Refuse a bundle whose arena is larger than this many bytes (the
+    /// check allocates it).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::cmd::planning::DEFAULT_MAX_ARENA)]
+    pub max_arena: u64,
 }
 
 /// Checks that the bundle's tensor table is the one this model produces.
@@ -105,6 +109,8 @@ pub fn run(args: Args) -> Result<()> {
     let bundle = stow_runtime::Bundle::open(&args.bundle)
         .with_context(|| format!("opening {}", args.bundle.display()))?;
     let c = bundle.contents();
+    crate::cmd::planning::within_max_arena("the bundle's arena", c.arena_bytes, args.max_arena)
+        .with_context(|| format!("checking {}", args.bundle.display()))?;
     let offsets = match_bundle(&graph, c, &args.bundle.display().to_string())?;
     let inputs = match &args.input_dir {
         Some(file) if file.is_file() => stow_onnx::read_npz(&graph, file)?,
