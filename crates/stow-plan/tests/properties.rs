@@ -344,3 +344,25 @@ fn capacity_below_the_bound_says_how_short() {
         e => panic!("unexpected {e}"),
     }
 }
+
+/// Found by `every_search_switch_combination_finds_the_same_optimum`:
+/// hatless pruning without dynamic ordering cut off candidates that sat
+/// lower in the static order, and claimed 62 optimal where 59 is.
+#[test]
+fn hatless_pruning_needs_candidates_lowest_first() {
+    let p = unpinned(random_lifetimes(5735557136392805841, 5, 6, 60));
+    let optimum = brute_force_optimum(&p);
+    assert_eq!(optimum, 59);
+    let switches = stow_plan::SearchOptions::combinations().nth(137).unwrap();
+    assert!(switches.hatless && !switches.dynamic_ordering);
+    let r = plan(
+        &p,
+        &PlanOptions {
+            time_limit: Duration::from_secs(5),
+            search: switches,
+            ..options(Strategy::Search)
+        },
+    )
+    .unwrap();
+    assert_eq!(r.arena_bytes, optimum);
+}

@@ -283,9 +283,15 @@ impl Dfs {
             if flow == Flow::Limit {
                 return Flow::Limit;
             }
-            if hatless && self.pin[i].is_none() && self.free_nbrs[i] == 0 {
-                // Every later candidate sits at or above this one's offset
-                // and would strand it: none can succeed.
+            if hatless
+                && self.flags.dynamic_ordering
+                && self.pin[i].is_none()
+                && self.free_nbrs[i] == 0
+            {
+                // Candidates come lowest offset first, so every later one
+                // sits at or above this one's offset and would strand it:
+                // none can succeed. (In the static order a later candidate
+                // may sit lower, so the cut is only made here.)
                 break;
             }
         }
