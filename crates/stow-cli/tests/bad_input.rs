@@ -337,3 +337,35 @@ fn max_arena_refuses_large_tensors_and_bundles() {
     ]);
     assert!(v.status.success(), "{}", stderr(&v));
 }
+
+/// Found by the `onnx_compile` fuzz target: a damaged convolution makes
+/// tract index out of bounds during shape inference. The panic becomes one
+/// error line naming the stage; no panic message or backtrace is printed.
+#[test]
+fn a_panic_inside_tract_is_one_clean_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.stow");
+    let model = repo_root().join("testdata/hostile/tract_panic_conv_padding.onnx");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_stow"))
+        .args([
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("shape inference failed: tract panicked"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("stack backtrace") && !err.contains("panicked at"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

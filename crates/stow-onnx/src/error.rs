@@ -147,7 +147,13 @@ pub(crate) fn contain<T>(
     stage: Stage,
     f: impl FnOnce() -> Result<T, OnnxError>,
 ) -> Result<T, OnnxError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    // The default hook would print the panic and a backtrace before the
+    // error is reported; silence it while the library runs.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    match outcome {
         Ok(r) => r,
         Err(payload) => {
             let message = payload
