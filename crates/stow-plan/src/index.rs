@@ -459,26 +459,7 @@ mod tests {
             buffers.push(Buffer::new(1 + u64::from(i % 5), s, s + 1 + i % 9, 1));
         }
         let p = Problem::new(buffers, ConflictModel::Lifetimes);
-        let mut idx = PlacedIndex::new(&p);
-        let mut out = Vec::new();
-        for i in (0..60).step_by(2) {
-            idx.place(i, i as u64 * 10);
-        }
-        for q in 0..60 {
-            idx.taken(q, &mut out);
-            let mut got: Vec<u32> = out.iter().map(|t| t.id).collect();
-            got.sort_unstable();
-            let want: Vec<u32> = (0..60u32)
-                .filter(|&j| {
-                    j as usize != q
-                        && j % 2 == 0
-                        && p.buffers[j as usize]
-                            .lifetime
-                            .overlaps(&p.buffers[q].lifetime)
-                })
-                .collect();
-            assert_eq!(got, want, "query {q}");
-        }
+        assert_index_exact(&p, |i| i % 2 == 0, 0..60);
     }
 
     #[test]
@@ -504,23 +485,31 @@ mod tests {
             ));
         }
         let p = Problem::new(buffers, ConflictModel::Lifetimes);
-        let mut idx = PlacedIndex::new(&p);
-        for i in (0..1500).filter(|i| i % 2 == 1) {
-            idx.place(i, i as u64);
+        assert_index_exact(&p, |i| i % 2 == 1, (0..1500).step_by(7));
+    }
+
+    /// Places the buffers `placed` picks, then checks for each query that
+    /// the index returns exactly the placed buffers whose lifetimes overlap.
+    fn assert_index_exact(
+        p: &Problem,
+        placed: impl Fn(usize) -> bool,
+        queries: impl Iterator<Item = usize>,
+    ) {
+        let n = p.buffers.len();
+        let mut idx = PlacedIndex::new(p);
+        for i in (0..n).filter(|&i| placed(i)) {
+            idx.place(i, i as u64 * 10);
         }
         let mut out = Vec::new();
-        for q in (0..1500).step_by(7) {
+        for q in queries {
             idx.taken(q, &mut out);
             let mut got: Vec<u32> = out.iter().map(|t| t.id).collect();
             got.sort_unstable();
-            let want: Vec<u32> = (0..1500u32)
+            let want: Vec<u32> = (0..n)
                 .filter(|&j| {
-                    j as usize != q
-                        && j % 2 == 1
-                        && p.buffers[j as usize]
-                            .lifetime
-                            .overlaps(&p.buffers[q].lifetime)
+                    j != q && placed(j) && p.buffers[j].lifetime.overlaps(&p.buffers[q].lifetime)
                 })
+                .map(|j| j as u32)
                 .collect();
             assert_eq!(got, want, "query {q}");
         }

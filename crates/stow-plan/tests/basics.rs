@@ -68,27 +68,7 @@ fn checker_reports_overlap_and_misalignment() {
 #[test]
 fn explicit_conflicts_worked_example_bound_is_heaviest_clique() {
     // Sizes in MiB units from shared/data/seed-example: clique {4,5,6,7} weighs 43.
-    let sizes = [5u64, 10, 8, 20, 2, 6, 15, 3];
-    let lists: [&[u32]; 8] = [
-        &[2],
-        &[1, 3, 4, 5],
-        &[2, 4, 5, 6],
-        &[2, 3, 5, 6, 7],
-        &[2, 3, 4, 6, 7, 8],
-        &[3, 4, 5, 7],
-        &[4, 5, 6, 8],
-        &[5, 7],
-    ];
-    let p = Problem {
-        buffers: sizes.iter().map(|&s| Buffer::new(s, 0, 1, 1)).collect(),
-        conflicts: ConflictModel::Explicit(
-            lists
-                .iter()
-                .map(|l| l.iter().map(|&i| BufferId(i - 1)).collect())
-                .collect(),
-        ),
-        pools: Vec::new(),
-    };
+    let p = stow_plan::testing::worked_example();
     assert_eq!(lower_bound(&p), 43);
     let g = plan(&p, &opts(Strategy::GreedySize)).unwrap();
     assert!(g.arena_bytes >= 43 && g.arena_bytes < 69);
