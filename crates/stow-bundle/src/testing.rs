@@ -405,3 +405,42 @@ pub const KINDS: [u32; 5] = [
     kind::METADATA,
     kind::WEIGHTS,
 ];
+
+/// Compiles the C program `source` against `include/stow_bundle.h` into
+/// `exe` with the strictest warnings (`$CC`, else `cc`). `None`, after a
+/// note on stderr, when no C compiler can be run; a compile error fails
+/// the calling test.
+pub fn compile_c(source: &std::path::Path, exe: &std::path::Path) -> Option<std::path::PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let out = std::process::Command::new(&cc)
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+            "-I",
+        ])
+        .arg(include)
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .output();
+    match out {
+        Err(e) => {
+            eprintln!("note: C test skipped: cannot run `{cc}`: {e}");
+            None
+        }
+        Ok(o) => {
+            assert!(
+                o.status.success(),
+                "{} does not compile:\n{}",
+                source.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            Some(exe.to_path_buf())
+        }
+    }
+}

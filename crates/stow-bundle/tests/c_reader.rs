@@ -6,42 +6,12 @@
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use stow_bundle::testing::{arb_bundle, refs, sample};
+use stow_bundle::testing::{arb_bundle, compile_c, refs, sample};
 use stow_bundle::{crc32, to_bytes, BundleView, Region};
 
 fn compile(dir: &Path) -> Option<PathBuf> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = dir.join("read_bundle");
-    let out = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O1",
-            "-I",
-        ])
-        .arg(root.join("include"))
-        .arg(root.join("tests/c/read_bundle.c"))
-        .arg("-o")
-        .arg(&exe)
-        .output();
-    match out {
-        Err(e) => {
-            eprintln!("note: C reader test skipped: cannot run `{cc}`: {e}");
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "the C reader does not compile:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            Some(exe)
-        }
-    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/read_bundle.c");
+    compile_c(&source, &dir.join("read_bundle"))
 }
 
 /// What the C program must print for `bytes`.

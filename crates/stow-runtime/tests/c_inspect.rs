@@ -8,38 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn compile_c(dir: &Path) -> Option<PathBuf> {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let root = common::root();
-    let exe = dir.join("inspect");
-    let out = Command::new(&cc)
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O1",
-            "-I",
-        ])
-        .arg(root.join("crates/stow-bundle/include"))
-        .arg(root.join("examples/c/inspect.c"))
-        .arg("-o")
-        .arg(&exe)
-        .output();
-    match out {
-        Err(e) => {
-            eprintln!("note: c_inspect skipped: cannot run `{cc}`: {e}");
-            None
-        }
-        Ok(o) => {
-            assert!(
-                o.status.success(),
-                "examples/c/inspect.c does not compile:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            Some(exe)
-        }
-    }
+    let source = common::root().join("examples/c/inspect.c");
+    stow_bundle::testing::compile_c(&source, &dir.join("inspect"))
 }
 
 fn run(cmd: &mut Command) -> String {
