@@ -12,6 +12,7 @@
 //! their slices front to back. Placing and unplacing only flip a flag.
 //! Explicit conflict graphs use their adjacency lists.
 
+use crate::huge::HugeArray;
 use crate::problem::{ConflictModel, Problem};
 
 /// One placed conflicting neighbour: its byte range and id.
@@ -45,15 +46,16 @@ struct CoverTree {
     width: usize,
     /// `entries[first[v]..first[v + 1]]` are the buffers filed under node `v`.
     first: Vec<u32>,
-    entries: Vec<Entry>,
+    entries: HugeArray<Entry>,
     /// Where each buffer's entries are, in `slots`, and its lifetime in
     /// time segments: one record per buffer, since buffers are visited in
     /// no useful order and each separate array would cost a cache miss.
-    of: Vec<Filed>,
-    slots: Vec<u32>,
+    of: HugeArray<Filed>,
+    slots: HugeArray<u32>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Filed {
     from: u32,
     to: u32,
@@ -63,12 +65,14 @@ struct Filed {
 
 /// A buffer filed under a node, with a copy of its placement so that a
 /// query reads entries front to back and touches nothing else.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
 struct Entry {
     /// The buffer's lifetime in time segments.
     from: u32,
     to: u32,
     id: u32,
+    unused: u32,
     /// Byte range; `end == 0` while unplaced (every filed buffer has bytes).
     start: u64,
     end: u64,
@@ -120,36 +124,39 @@ impl CoverTree {
             acc += c;
         }
         let mut fill = first.clone();
-        let mut entries = vec![Entry::default(); acc as usize];
-        let mut slots = Vec::with_capacity(acc as usize);
-        for (i, &(a, b)) in span.iter().enumerate() {
-            if a >= b {
-                continue;
-            }
+        let mut entries = HugeArray::<Entry>::zeroed(acc as usize);
+        let mut slots = HugeArray::<u32>::zeroed(acc as usize);
+        // Filed in order of their first segment, so that every node's
+        // entries are sorted by `from` and a query stops at the first one
+        // that starts after it.
+        for i in by_first_segment(&span, timeline.segments()) {
+            let (a, b) = span[i];
             let (la, lb) = buckets(a, b);
+            let mut slot = slot_first[i] as usize;
             cover(width, la, lb, |v| {
                 let at = fill[v] as usize;
                 entries[at] = Entry {
                     from: a,
                     to: b,
                     id: i as u32,
+                    unused: 0,
                     start: 0,
                     end: 0,
                 };
-                slots.push(at as u32);
+                slots[slot] = at as u32;
+                slot += 1;
                 fill[v] += 1;
             });
         }
-        let of = span
-            .iter()
-            .enumerate()
-            .map(|(i, &(from, to))| Filed {
+        let mut of = HugeArray::<Filed>::zeroed(span.len());
+        for (i, (f, &(from, to))) in of.iter_mut().zip(&span).enumerate() {
+            *f = Filed {
                 from,
                 to,
                 slots_at: slot_first[i],
                 slots_end: slot_first[i + 1],
-            })
-            .collect();
+            };
+        }
         CoverTree {
             width,
             first,
@@ -169,6 +176,34 @@ impl CoverTree {
         }
     }
 
+    /// Asks the cache for what a query for `id` will read first: the start
+    /// of the entries of the nodes on its lowest levels (the upper ones are
+    /// few and stay cached).
+    fn prefetch(&self, id: usize) {
+        let (a, b) = (self.of[id].from, self.of[id].to);
+        if a >= b {
+            return;
+        }
+        let (la, lb) = buckets(a, b);
+        let (mut lo, mut hi) = (la as usize + self.width, lb as usize - 1 + self.width);
+        for _ in 0..PREFETCH_LEVELS {
+            if lo < 1 {
+                break;
+            }
+            for v in lo..=hi.min(lo + 1) {
+                let (first, end) = (self.first[v] as usize, self.first[v + 1] as usize);
+                for e in self.entries[first..end.min(first + PREFETCH_ENTRIES)]
+                    .iter()
+                    .step_by(2)
+                {
+                    prefetch_line(e);
+                }
+            }
+            lo /= 2;
+            hi /= 2;
+        }
+    }
+
     /// Pushes every placed buffer whose lifetime overlaps buffer `id`'s
     /// (other than `id`), once each.
     fn overlapping(&self, id: usize, out: &mut Vec<Taken>) {
@@ -183,12 +218,14 @@ impl CoverTree {
             for v in lo..=hi {
                 let node_from = ((v << level) - self.width) as u32;
                 for e in &self.entries[self.first[v] as usize..self.first[v + 1] as usize] {
+                    if e.from >= b {
+                        break;
+                    }
                     // A long buffer is filed under several nodes that the
                     // query may meet; report it at the one holding the first
                     // bucket both lifetimes share. Filing by whole buckets
                     // also files buffers that miss the query: test exactly.
                     if e.end != 0
-                        && e.from < b
                         && a < e.to
                         && node_from <= (e.from / BUCKET).max(la)
                         && e.id as usize != id
@@ -206,6 +243,44 @@ impl CoverTree {
             level += 1;
         }
     }
+}
+
+/// Tree levels, from the leaves, whose nodes [`CoverTree::prefetch`] asks for.
+const PREFETCH_LEVELS: usize = 16;
+/// Entries per node it asks for (two per cache line).
+const PREFETCH_ENTRIES: usize = 2;
+
+/// Loads `value`'s cache line ahead of need. A plain read: the load is
+/// independent of the work in flight, so the core overlaps it with that
+/// work instead of stalling on it later.
+#[inline(always)]
+fn prefetch_line<T: Copy>(value: &T) {
+    std::hint::black_box(*value);
+}
+
+/// The buffers with a non-empty span, ordered by first segment (a counting
+/// sort: segments number at most twice the buffers).
+fn by_first_segment(span: &[(u32, u32)], segments: usize) -> Vec<usize> {
+    let mut count = vec![0u32; segments + 1];
+    for &(a, b) in span {
+        if a < b {
+            count[a as usize] += 1;
+        }
+    }
+    let mut next = Vec::with_capacity(count.len());
+    let mut acc = 0u32;
+    for c in &count {
+        next.push(acc);
+        acc += c;
+    }
+    let mut order = vec![0usize; acc as usize];
+    for (i, &(a, b)) in span.iter().enumerate() {
+        if a < b {
+            order[next[a as usize] as usize] = i;
+            next[a as usize] += 1;
+        }
+    }
+    order
 }
 
 /// Calls `f` with the nodes that exactly cover leaves `[a, b)`.
@@ -266,6 +341,29 @@ impl<'p> PlacedIndex<'p> {
         self.offsets[id] = None;
         if let Kind::Lifetimes(tree) = &mut self.kind {
             tree.set(id, 0, 0);
+        }
+    }
+
+    /// Starts loading what [`Self::taken`] for `id` will read, so that the
+    /// loads overlap with the work on the buffer before it.
+    /// Callers go two buffers ahead: `then` is queried next, `after` after
+    /// it (its record is fetched now, its nodes on the next call).
+    pub fn prefetch(&self, then: Option<usize>, after: Option<usize>) {
+        if let Some(id) = after {
+            if let Some(b) = self.problem.buffers.get(id) {
+                prefetch_line(&b.size);
+            }
+            if let Some(o) = self.offsets.get(id) {
+                prefetch_line(o);
+            }
+        }
+        if let Kind::Lifetimes(tree) = &self.kind {
+            if let Some(f) = after.and_then(|id| tree.of.get(id)) {
+                prefetch_line(f);
+            }
+            if let Some(id) = then.filter(|&id| id < tree.of.len()) {
+                tree.prefetch(id);
+            }
         }
     }
 

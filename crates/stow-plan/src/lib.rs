@@ -17,6 +17,7 @@
 
 mod bound;
 mod check;
+mod huge;
 mod index;
 mod pool_alloc;
 mod problem;

@@ -31,7 +31,8 @@ pub(super) fn place_in_order(
         }
     }
     let mut taken = Vec::new();
-    for &i in order {
+    for (k, &i) in order.iter().enumerate() {
+        index.prefetch(order.get(k + 1).copied(), order.get(k + 2).copied());
         if index.is_placed(i) {
             continue;
         }
