@@ -39,6 +39,13 @@ impl<T: Pod> HugeArray<T> {
     }
 }
 
+#[cfg(test)]
+impl<T: Pod> HugeArray<T> {
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped { .. })
+    }
+}
+
 /// An anonymous mapping (zeroed, page-aligned) advised to use huge pages;
 /// `None` where either is refused.
 fn huge_mapping(bytes: usize) -> Option<memmap2::MmapMut> {
@@ -88,6 +95,7 @@ mod tests {
         for len in [0usize, 3, (HUGE_PAGE / 8) + 5] {
             let mut a = HugeArray::<u64>::zeroed(len);
             assert_eq!(a.len(), len);
+            assert_eq!(a.is_mapped(), len > 5 && cfg!(target_os = "linux"));
             assert!(a.iter().all(|&x| x == 0));
             for (i, x) in a.iter_mut().enumerate() {
                 *x = i as u64 * 3;

@@ -586,6 +586,34 @@ mod tests {
         assert_index_exact(&p, |i| i % 2 == 1, (0..1500).step_by(7));
     }
 
+    #[test]
+    fn index_is_exact_when_its_arrays_live_in_huge_pages() {
+        // Enough buffers that the entry array outgrows one huge page and
+        // goes to the mapping.
+        let mut buffers = Vec::new();
+        let mut x = 777u64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        for i in 0..120_000u32 {
+            let len = [1, 2, 7, 60, 3000][next(5) as usize] as u32;
+            buffers.push(Buffer::new(
+                1 + next(1000),
+                i,
+                i + 1 + next(u64::from(len)) as u32,
+                1,
+            ));
+        }
+        let p = Problem::new(buffers, ConflictModel::Lifetimes);
+        if let Kind::Lifetimes(tree) = &PlacedIndex::new(&p).kind {
+            assert!(tree.entries.is_mapped() || !cfg!(target_os = "linux"));
+        }
+        assert_index_exact(&p, |i| i % 3 != 0, (0..120_000).step_by(997));
+    }
+
     /// Places the buffers `placed` picks, then checks for each query that
     /// the index returns exactly the placed buffers whose lifetimes overlap.
     fn assert_index_exact(
