@@ -565,13 +565,7 @@ mod tests {
         // Lifetimes from one step to thousands, over far more segments than
         // one leaf holds, half of the buffers placed.
         let mut buffers = Vec::new();
-        let mut x = 12345u64;
-        let mut next = |m: u64| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
+        let mut next = draws(12345);
         for _ in 0..1500 {
             let s = next(3000) as u32;
             let len = [1, 3, 40, 900][next(4) as usize] as u32;
@@ -591,13 +585,7 @@ mod tests {
         // Enough buffers that the entry array outgrows one huge page and
         // goes to the mapping.
         let mut buffers = Vec::new();
-        let mut x = 777u64;
-        let mut next = |m: u64| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
+        let mut next = draws(777);
         for i in 0..120_000u32 {
             let len = [1, 2, 7, 60, 3000][next(5) as usize] as u32;
             buffers.push(Buffer::new(
@@ -612,6 +600,17 @@ mod tests {
             assert!(tree.entries.is_mapped() || !cfg!(target_os = "linux"));
         }
         assert_index_exact(&p, |i| i % 3 != 0, (0..120_000).step_by(997));
+    }
+
+    /// Pseudo-random draws below a bound, from a fixed seed.
+    fn draws(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed;
+        move |bound| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % bound
+        }
     }
 
     /// Places the buffers `placed` picks, then checks for each query that
