@@ -61,15 +61,20 @@ pub(super) fn place(problem: &Problem) -> Vec<u64> {
                 .collect()
         }
     };
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_unstable_by_key(|&i| {
-        (
-            Reverse(key[i].0),
-            key[i].1,
-            Reverse(problem.buffers[i].size),
-            i,
-        )
-    });
+    // Keys gathered first, as in greedy-size: a key function reading two
+    // arrays would miss the cache on every comparison of a large sort.
+    let mut keyed: Vec<_> = (0..n)
+        .map(|i| {
+            (
+                Reverse(key[i].0),
+                key[i].1,
+                Reverse(problem.buffers[i].size),
+                i,
+            )
+        })
+        .collect();
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.into_iter().map(|(_, _, _, i)| i).collect();
     let life = |i: usize| problem.buffers[i].lifetime;
     place_in_order(problem, &order, |i, below| match below {
         None => 0,
