@@ -187,6 +187,9 @@ impl CoverTree {
         if a >= b {
             return;
         }
+        if let Some(slot) = self.slots.get(self.of[id].slots_at as usize) {
+            prefetch_line(slot);
+        }
         let (la, lb) = buckets(a, b);
         let (mut lo, mut hi) = (la as usize + self.width, lb as usize - 1 + self.width);
         for _ in 0..PREFETCH_LEVELS {
