@@ -4,7 +4,7 @@
 //! jumps around in time, so nearly every query touches pages no recent
 //! query touched. With 4 KiB pages each of those is a TLB miss besides a
 //! cache miss; 2 MiB pages remove most of the former (measured in
-//! BENCHMARKS.md, "Planner scale"). Where the kernel offers no huge pages,
+//! BENCHMARKS.md, Planner, "Scale"). Where the kernel offers no huge pages,
 //! or the array is small, this is an ordinary heap array.
 
 use bytemuck::Pod;

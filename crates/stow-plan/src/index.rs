@@ -355,10 +355,10 @@ impl<'p> PlacedIndex<'p> {
         }
     }
 
-    /// Starts loading what [`Self::taken`] for `id` will read, so that the
-    /// loads overlap with the work on the buffer before it.
-    /// Callers go two buffers ahead: `then` is queried next, `after` after
-    /// it (its record is fetched now, its nodes on the next call).
+    /// Starts loading what the next queries will read, so that the loads
+    /// overlap with the work on the current buffer. Callers go two buffers
+    /// ahead: `then` is queried next (its nodes are fetched now), `after`
+    /// after it (its records now, its nodes on the next call).
     pub fn prefetch(&self, then: Option<usize>, after: Option<usize>) {
         if let Some(id) = after {
             if let Some(b) = self.problem.buffers.get(id) {

@@ -61,20 +61,15 @@ pub(super) fn place(problem: &Problem) -> Vec<u64> {
                 .collect()
         }
     };
-    // Keys gathered first, as in greedy-size: a key function reading two
-    // arrays would miss the cache on every comparison of a large sort.
-    let mut keyed: Vec<_> = (0..n)
-        .map(|i| {
-            (
-                Reverse(key[i].0),
-                key[i].1,
-                Reverse(problem.buffers[i].size),
-                i,
-            )
-        })
-        .collect();
-    keyed.sort_unstable();
-    let order: Vec<usize> = keyed.into_iter().map(|(_, _, _, i)| i).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    // Cached keys, as in greedy-size (ties go to the lower id).
+    order.sort_by_cached_key(|&i| {
+        (
+            Reverse(key[i].0),
+            key[i].1,
+            Reverse(problem.buffers[i].size),
+        )
+    });
     let life = |i: usize| problem.buffers[i].lifetime;
     place_in_order(problem, &order, |i, below| match below {
         None => 0,

@@ -9,16 +9,13 @@ use std::cmp::Reverse;
 /// Largest first; each buffer takes the smallest gap between already placed
 /// conflicting buffers that holds it, or goes on top of them.
 pub(super) fn place(problem: &Problem) -> Vec<u64> {
-    // Keys gathered first: a key function reading the buffers would miss
-    // the cache on every comparison of a million-buffer sort.
-    let mut keyed: Vec<(Reverse<u64>, u32, usize)> = problem
-        .buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| (Reverse(b.size), b.lifetime.start, i))
-        .collect();
-    keyed.sort_unstable();
-    let order: Vec<usize> = keyed.into_iter().map(|(_, _, i)| i).collect();
+    let mut order: Vec<usize> = (0..problem.buffers.len()).collect();
+    // Cached keys: a key function reading the buffers would miss the cache
+    // on every comparison of a million-buffer sort.
+    order.sort_by_cached_key(|&i| {
+        let b = &problem.buffers[i];
+        (Reverse(b.size), b.lifetime.start)
+    });
     place_in_order(problem, &order, |_, _| 0)
 }
 
