@@ -26,6 +26,8 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Run the model inside the bundle's arena and compare with tract, bit for bit.
     Verify(cmd::verify::Args),
+    /// Run a bundle with Stowage's own kernels, from the bundle alone.
+    Run(cmd::run::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Plan(args) => cmd::plan::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Run(args) => cmd::run::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

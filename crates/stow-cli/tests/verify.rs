@@ -36,23 +36,6 @@ fn every_testdata_model_verifies_bit_exact() {
     }
 }
 
-/// Rewrites a bundle through the library, bypassing the planner's checker.
-fn rewrite(path: &Path, edit: impl FnOnce(&mut stow_bundle::Contents)) {
-    let bytes = std::fs::read(path).unwrap();
-    let view = BundleView::parse(&bytes).unwrap();
-    let mut contents = view.contents().clone();
-    let weights: Vec<Vec<u8>> = (0..contents.tensors.len())
-        .map(|i| {
-            view.weight_bytes(i as u32)
-                .map(|w| w.to_vec())
-                .unwrap_or_default()
-        })
-        .collect();
-    edit(&mut contents);
-    let refs: Vec<&[u8]> = weights.iter().map(|w| w.as_slice()).collect();
-    std::fs::write(path, stow_bundle::to_bytes(&contents, &refs).unwrap()).unwrap();
-}
-
 #[test]
 fn overlapping_tensor_is_caught_and_named() {
     let dir = tempfile::tempdir().unwrap();

@@ -115,6 +115,18 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
             ints(pad.pads.iter().flat_map(|(b, a)| [*b, *a])),
         ));
         out.push(("mode".into(), Attr::Text(format!("{:?}", pad.mode))));
+        if let ops::array::PadMode::Constant(value) = &pad.mode {
+            if let Ok(v) = value.cast_to_scalar::<f32>() {
+                out.push(("value".into(), Attr::Float(v)));
+            }
+        }
+    } else if let Some(norm) = any.downcast_ref::<ops::nn::RmsNorm>() {
+        out.push(("axis".into(), Attr::Int(norm.axis as i64)));
+        if let Ok(eps) = norm.eps.cast_to_scalar::<f32>() {
+            out.push(("eps".into(), Attr::Float(eps)));
+        }
+    } else if let Some(cast) = any.downcast_ref::<ops::cast::Cast>() {
+        out.push(("to".into(), Attr::Text(format!("{:?}", cast.to))));
     } else if let Some(slice) = any.downcast_ref::<ops::array::Slice>() {
         out.push(("axis".into(), Attr::Int(slice.axis as i64)));
         out.push(("start".into(), Attr::Text(slice.start.to_string())));

@@ -29,9 +29,8 @@ impl SplitMix {
 /// One seeded random tensor per graph input. Floats are uniform in [-1, 1);
 /// integers are 0 or 1 (valid as indices and masks); booleans are random.
 pub fn random_inputs(graph: &ModelGraph, seed: u64) -> Result<Vec<Tensor>, OnnxError> {
-    let mut rng = SplitMix(seed);
     let model = graph.typed_model();
-    let mut out = Vec::with_capacity(graph.inputs.len());
+    let mut specs = Vec::with_capacity(graph.inputs.len());
     for &tid in &graph.inputs {
         let info = &graph.tensors[tid];
         let (node, slot) = info.outlet;
@@ -40,32 +39,47 @@ pub fn random_inputs(graph: &ModelGraph, seed: u64) -> Result<Vec<Tensor>, OnnxE
             .map_err(|e| OnnxError::tract(Stage::Analysis, e))?
             .datum_type;
         let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+        specs.push((info.name.clone(), dt, shape));
+    }
+    random_tensors(&specs, seed)
+}
+
+/// Seeded random tensors of the given names, types and shapes, drawn as
+/// [`random_inputs`] draws them (the same seed gives the same values).
+pub fn random_tensors(
+    specs: &[(String, DatumType, Vec<usize>)],
+    seed: u64,
+) -> Result<Vec<Tensor>, OnnxError> {
+    let mut rng = SplitMix(seed);
+    let mut out = Vec::with_capacity(specs.len());
+    for (name, dt, shape) in specs {
+        let (dt, shape) = (*dt, shape.as_slice());
         let n: usize = shape.iter().product();
         let t = match dt {
             DatumType::F32 => Tensor::from_shape(
-                &shape,
+                shape,
                 &(0..n).map(|_| rng.unit() as f32).collect::<Vec<_>>(),
             ),
             DatumType::F64 => {
-                Tensor::from_shape(&shape, &(0..n).map(|_| rng.unit()).collect::<Vec<_>>())
+                Tensor::from_shape(shape, &(0..n).map(|_| rng.unit()).collect::<Vec<_>>())
             }
             DatumType::F16 => Tensor::from_shape(
-                &shape,
+                shape,
                 &(0..n).map(|_| rng.unit() as f32).collect::<Vec<_>>(),
             )
             .and_then(|t| Ok(t.cast_to_dt(DatumType::F16)?.into_owned())),
             DatumType::Bool => Tensor::from_shape(
-                &shape,
+                shape,
                 &(0..n).map(|_| rng.next() & 1 == 1).collect::<Vec<_>>(),
             ),
             dt if dt.is_integer() => Tensor::from_shape(
-                &shape,
+                shape,
                 &(0..n).map(|_| (rng.next() & 1) as i64).collect::<Vec<_>>(),
             )
             .and_then(|t| Ok(t.cast_to_dt(dt)?.into_owned())),
             other => {
                 return Err(OnnxError::UnsupportedType {
-                    tensor: info.name.clone(),
+                    tensor: name.clone(),
                     dtype: format!("{other:?}"),
                 })
             }
@@ -92,6 +106,43 @@ pub fn read_tensor_file(path: &Path) -> Result<Tensor, OnnxError> {
             path: path.to_path_buf(),
             reason: format!("{e:#}"),
         }
+    })
+}
+
+/// Writes `t` as a `TensorProto` file named `name` (raw little-endian
+/// data), the form [`read_tensor_file`] and the ONNX test cases use.
+pub fn write_tensor_file(path: &Path, name: &str, t: &Tensor) -> Result<(), OnnxError> {
+    use prost::Message as _;
+    let data_type = match t.datum_type() {
+        DatumType::F32 => 1,
+        DatumType::U8 => 2,
+        DatumType::I8 => 3,
+        DatumType::U16 => 4,
+        DatumType::I16 => 5,
+        DatumType::I32 => 6,
+        DatumType::I64 => 7,
+        DatumType::Bool => 9,
+        DatumType::F16 => 10,
+        DatumType::F64 => 11,
+        DatumType::U32 => 12,
+        DatumType::U64 => 13,
+        other => {
+            return Err(OnnxError::UnsupportedType {
+                tensor: name.to_string(),
+                dtype: format!("{other:?}"),
+            })
+        }
+    };
+    let proto = tract_onnx::pb::TensorProto {
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type,
+        name: name.to_string(),
+        raw_data: t.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    std::fs::write(path, proto.encode_to_vec()).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
@@ -139,6 +190,17 @@ pub fn read_input_dir(graph: &ModelGraph, dir: &Path) -> Result<Vec<Tensor>, Onn
 /// name, or positionally (`arr_0`, `arr_1`, ... as `numpy.savez` names
 /// unnamed arrays).
 pub fn read_npz(graph: &ModelGraph, path: &Path) -> Result<Vec<Tensor>, OnnxError> {
+    let names: Vec<String> = graph
+        .inputs
+        .iter()
+        .map(|&tid| graph.tensors[tid].name.clone())
+        .collect();
+    read_npz_named(&names, path)
+}
+
+/// Reads one array per name from a numpy `.npz` archive, by name or
+/// positionally (`arr_0`, `arr_1`, ...).
+pub fn read_npz_named(names: &[String], path: &Path) -> Result<Vec<Tensor>, OnnxError> {
     let bad = |reason: String| OnnxError::BadInputFile {
         path: path.to_path_buf(),
         reason,
@@ -147,9 +209,8 @@ pub fn read_npz(graph: &ModelGraph, path: &Path) -> Result<Vec<Tensor>, OnnxErro
         path: path.to_path_buf(),
         source,
     })?;
-    let mut out = Vec::with_capacity(graph.inputs.len());
-    for (ix, &tid) in graph.inputs.iter().enumerate() {
-        let name = &graph.tensors[tid].name;
+    let mut out = Vec::with_capacity(names.len());
+    for (ix, name) in names.iter().enumerate() {
         let positional = format!("arr_{ix}");
         let key = if archive.array_names().any(|n| n == name.as_str()) {
             name.as_str()

@@ -27,7 +27,10 @@ pub use attrs::Attr;
 pub use error::{OnnxError, Stage};
 pub use execute::{run_in_arena, run_reference, ArenaLayout, ArenaRun, Mismatch, POISON};
 pub use graph::{ExecutionOrder, ModelGraph, OpInfo, TensorInfo, TensorRole};
-pub use inputs::{numbered_files, random_inputs, read_input_dir, read_npz, read_tensor_file};
+pub use inputs::{
+    numbered_files, random_inputs, random_tensors, read_input_dir, read_npz, read_npz_named,
+    read_tensor_file, write_tensor_file,
+};
 pub use load::{load, LoadOptions};
 pub use shapes::{parse_dim_arg, parse_input_arg, InputShape};
 /// tract's tensor type, used for inputs and outputs of runs.

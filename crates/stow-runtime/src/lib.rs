@@ -13,6 +13,10 @@
 //! - [`Bundle::release_host_pages`] drops the weight pages from this
 //!   process's resident memory once they were copied elsewhere (method M5).
 //!
+//! - [`Session::new`] prepares a CPU kernel for every operator (failing
+//!   with the list of operators it cannot run), [`Session::run`] executes
+//!   them in order inside the arena without allocating.
+//!
 //! Lookups fail with a [`LookupError`] naming the tensor; nothing panics
 //! on the contents of a bundle. See `docs/RUNTIME.md`.
 #![deny(missing_docs)]
@@ -23,10 +27,13 @@
 mod arena;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod kernels;
 mod lookup;
+mod session;
 
 pub use arena::{Arena, ArenaError, MAX_ARENA_ALIGN};
 pub use lookup::{BoolByte, Element, F16Bits, LookupError, TensorKey, TensorRef};
+pub use session::{RunError, Session, SessionError, UnsupportedOp};
 
 use memmap2::Mmap;
 use std::path::{Path, PathBuf};

@@ -13,6 +13,7 @@ pub mod frontend;
 pub mod inspect;
 pub mod plan;
 pub mod planning;
+pub mod run;
 pub mod verify;
 
 /// Prints `text` to stdout; a closed pipe (`stow inspect | head`) is not an error.

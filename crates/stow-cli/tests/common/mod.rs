@@ -77,3 +77,20 @@ pub fn compile_and_inspect(model: &Path, out: &Path, extra: &[&str]) -> serde_js
     assert!(o.status.success(), "inspect failed: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).expect("inspect --json prints JSON")
 }
+
+/// Rewrites a bundle through the library, bypassing the planner's checker.
+pub fn rewrite(path: &Path, edit: impl FnOnce(&mut stow_bundle::Contents)) {
+    let bytes = std::fs::read(path).unwrap();
+    let view = stow_bundle::BundleView::parse(&bytes).unwrap();
+    let mut contents = view.contents().clone();
+    let weights: Vec<Vec<u8>> = (0..contents.tensors.len())
+        .map(|i| {
+            view.weight_bytes(i as u32)
+                .map(|w| w.to_vec())
+                .unwrap_or_default()
+        })
+        .collect();
+    edit(&mut contents);
+    let refs: Vec<&[u8]> = weights.iter().map(|w| w.as_slice()).collect();
+    std::fs::write(path, stow_bundle::to_bytes(&contents, &refs).unwrap()).unwrap();
+}

@@ -1,0 +1,281 @@
+//! `stow run`: execute a bundle with the runtime's own kernels, from the
+//! bundle alone, and optionally check the outputs against tract.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use stow_bundle::DType;
+use stow_onnx::{DatumType, InputShape, LoadOptions, Tensor};
+use stow_runtime::{Bundle, Session};
+
+/// Arguments of `stow run`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The bundle to run.
+    pub bundle: PathBuf,
+    /// Inputs: a numpy `.npz` archive (arrays named after the inputs, or
+    /// `arr_0`, `arr_1`, ...) or a directory of `input_N.pb` tensors.
+    /// Without it, inputs are seeded random values (those `stow verify`
+    /// draws for the same seed).
+    #[arg(long = "inputs", value_name = "FILE.npz|DIR")]
+    pub inputs: Option<PathBuf>,
+    /// Seed for random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write each output as `output_N.pb` (an ONNX TensorProto) into this
+    /// directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Worker threads for the kernels.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Run this many times and report the median and fastest latency.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Also run the ONNX model the bundle was compiled from with tract on
+    /// the same inputs, and fail when an output differs by more than
+    /// `--tolerance`.
+    #[arg(long, value_name = "MODEL.onnx")]
+    pub check: Option<PathBuf>,
+    /// Largest relative error `--check` accepts (|a−b| / max(|b|, 1)).
+    #[arg(long, default_value_t = 1e-5)]
+    pub tolerance: f64,
+}
+
+fn datum_type(d: DType) -> Option<DatumType> {
+    Some(match d {
+        DType::F32 => DatumType::F32,
+        DType::F16 => DatumType::F16,
+        DType::F64 => DatumType::F64,
+        DType::I8 => DatumType::I8,
+        DType::I16 => DatumType::I16,
+        DType::I32 => DatumType::I32,
+        DType::I64 => DatumType::I64,
+        DType::U8 => DatumType::U8,
+        DType::U16 => DatumType::U16,
+        DType::U32 => DatumType::U32,
+        DType::U64 => DatumType::U64,
+        DType::Bool => DatumType::Bool,
+    })
+}
+
+/// The bundle's inputs as (name, type, shape).
+fn input_specs(bundle: &Bundle) -> Result<Vec<(String, DatumType, Vec<usize>)>> {
+    bundle
+        .inputs()
+        .map(|t| {
+            let dt = datum_type(t.tensor.dtype).context("input type")?;
+            let shape = t.tensor.shape.iter().map(|&d| d as usize).collect();
+            Ok((t.name().to_string(), dt, shape))
+        })
+        .collect()
+}
+
+fn read_inputs(bundle: &Bundle, args: &Args) -> Result<Vec<Tensor>> {
+    let specs = input_specs(bundle)?;
+    let names: Vec<String> = specs.iter().map(|s| s.0.clone()).collect();
+    let values = match &args.inputs {
+        Some(file) if file.is_file() => stow_onnx::read_npz_named(&names, file)?,
+        Some(dir) => {
+            let files = stow_onnx::numbered_files(dir, "input")?;
+            if files.len() != names.len() {
+                bail!(
+                    "{}: {} input_N.pb files for a bundle with {} inputs",
+                    dir.display(),
+                    files.len(),
+                    names.len()
+                );
+            }
+            files
+                .iter()
+                .map(|f| stow_onnx::read_tensor_file(f))
+                .collect::<Result<_, _>>()?
+        }
+        None => stow_onnx::random_tensors(&specs, args.seed)?,
+    };
+    for ((name, dt, shape), t) in specs.iter().zip(&values) {
+        if t.datum_type() != *dt || t.shape() != shape.as_slice() {
+            bail!(
+                "input `{name}` is {:?} {:?} in the inputs but {dt:?} {shape:?} in {}",
+                t.datum_type(),
+                t.shape(),
+                args.bundle.display()
+            );
+        }
+    }
+    Ok(values)
+}
+
+/// Largest `|a − b| / max(|b|, 1)` over the elements, or `None` when the
+/// shapes differ or a value is not numeric.
+pub(crate) fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
+    if got.shape() != want.shape() {
+        return None;
+    }
+    let g = got.cast_to::<f64>().ok()?;
+    let w = want.cast_to::<f64>().ok()?;
+    let (g, w) = (
+        g.to_plain_array_view::<f64>().ok()?,
+        w.to_plain_array_view::<f64>().ok()?,
+    );
+    Some(g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            m
+        } else {
+            m.max((a - b).abs() / b.abs().max(1.0))
+        }
+    }))
+}
+
+/// The outputs of a finished run, as tract tensors.
+fn outputs(session: &Session<'_>) -> Result<Vec<(String, Tensor)>> {
+    let bundle = session.bundle();
+    bundle
+        .outputs()
+        .map(|t| {
+            let bytes = session.arena().tensor_bytes(bundle, &t.id)?;
+            let dt = datum_type(t.tensor.dtype).context("output type")?;
+            let shape: Vec<usize> = t.tensor.shape.iter().map(|&d| d as usize).collect();
+            // SAFETY-free copy: tract builds the tensor from raw bytes of
+            // the declared type and shape.
+            let mut tensor = Tensor::zero_dt(dt, &shape)
+                .map_err(|e| anyhow::anyhow!("output `{}`: {e}", t.name()))?;
+            tensor.as_bytes_mut().copy_from_slice(bytes);
+            Ok((t.name().to_string(), tensor))
+        })
+        .collect()
+}
+
+fn summary(t: &Tensor) -> String {
+    let Ok(v) = t.cast_to::<f64>() else {
+        return String::new();
+    };
+    let Ok(v) = v.to_plain_array_view::<f64>() else {
+        return String::new();
+    };
+    let Some(v) = v.as_slice() else {
+        return String::new();
+    };
+    if v.is_empty() {
+        return "empty".into();
+    }
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.6}")).collect();
+    format!(
+        "min {min:.6} max {max:.6} mean {mean:.6} [{}{}]",
+        head.join(", "),
+        if v.len() > 4 { ", ..." } else { "" }
+    )
+}
+
+fn write_output(dir: &Path, ix: usize, name: &str, t: &Tensor) -> Result<PathBuf> {
+    let path = dir.join(format!("output_{ix}.pb"));
+    stow_onnx::write_tensor_file(&path, name, t)?;
+    Ok(path)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Runs `stow run`.
+pub fn run(args: Args) -> Result<()> {
+    if args.threads == 0 || args.repeat == 0 {
+        bail!("--threads and --repeat must be at least 1");
+    }
+    let bundle =
+        Bundle::open(&args.bundle).with_context(|| format!("opening {}", args.bundle.display()))?;
+    let mut session = Session::with_threads(&bundle, args.threads)?;
+    let inputs = read_inputs(&bundle, &args)?;
+    let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
+    let mut times = Vec::with_capacity(args.repeat);
+    for _ in 0..args.repeat {
+        // An in-place op may overwrite a graph input (`--reuse-inputs`):
+        // write the inputs before every run.
+        for (&id, t) in ids.iter().zip(&inputs) {
+            session.input_bytes_mut(&id)?.copy_from_slice(t.as_bytes());
+        }
+        let started = Instant::now();
+        session.run()?;
+        times.push(started.elapsed());
+    }
+    let outs = outputs(&session)?;
+    let mut report = String::new();
+    let steps = bundle.contents().ops.len();
+    say!(
+        report,
+        "ran {} steps in a {}-byte arena: {:.3} ms (median of {} runs, fastest {:.3} ms, {} thread{})",
+        steps,
+        bundle.header().arena_bytes,
+        median(times.clone()).as_secs_f64() * 1e3,
+        args.repeat,
+        times.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        args.threads,
+        if args.threads == 1 { "" } else { "s" }
+    );
+    for (name, t) in &outs {
+        say!(
+            report,
+            "output `{name}` {:?} {:?}: {}",
+            t.datum_type(),
+            t.shape(),
+            summary(t)
+        );
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (ix, (name, t)) in outs.iter().enumerate() {
+            let path = write_output(dir, ix, name, t)?;
+            say!(report, "wrote {}", path.display());
+        }
+    }
+    if let Some(model) = &args.check {
+        let options = LoadOptions {
+            inputs: input_specs(&bundle)?
+                .into_iter()
+                .map(|(name, _, dims)| InputShape { name, dims })
+                .collect(),
+            ..Default::default()
+        };
+        let graph = stow_onnx::load(model, &options)
+            .with_context(|| format!("loading {}", model.display()))?;
+        let reference = stow_onnx::run_reference(&graph, &inputs).context("running tract")?;
+        if reference.len() != outs.len() {
+            bail!(
+                "{} has {} outputs, the bundle {}",
+                model.display(),
+                reference.len(),
+                outs.len()
+            );
+        }
+        let mut worst = 0.0f64;
+        for ((name, ours), theirs) in outs.iter().zip(&reference) {
+            let err = max_relative_error(ours, theirs).with_context(|| {
+                format!(
+                    "output `{name}`: shape {:?} differs from tract's {:?}",
+                    ours.shape(),
+                    theirs.shape()
+                )
+            })?;
+            if err.is_nan() || err > args.tolerance {
+                crate::cmd::emit(&report);
+                bail!(
+                    "FAIL: output `{name}` differs from tract by {err:e} (tolerance {:e})",
+                    args.tolerance
+                );
+            }
+            worst = worst.max(err);
+        }
+        say!(
+            report,
+            "check: {} outputs match tract within {:e} (max relative error {worst:.2e})",
+            outs.len(),
+            args.tolerance
+        );
+    }
+    crate::cmd::emit(&report);
+    Ok(())
+}

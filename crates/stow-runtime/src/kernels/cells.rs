@@ -1,0 +1,114 @@
+//! Typed, shared-mutable views of the arena.
+//!
+//! The plan makes tensors share bytes on purpose: an element-wise op
+//! writes over its dead input, a view has its input's bytes, a concat's
+//! output holds its inputs. A kernel therefore reads and writes one buffer
+//! through views that may overlap, which `&`/`&mut` slices cannot express.
+//! Every kernel sees the arena as `&[Cell<T>]`: overlapping reads and
+//! writes are then ordinary safe code, and a kernel written for separate
+//! buffers stays correct when its output is its input (each element is
+//! read before it is written at the same index).
+
+use bytemuck::Pod;
+use std::cell::Cell;
+
+/// Reinterprets `bytes[offset..offset + len * size_of::<T>()]` as cells of
+/// `T`. `None` when the range is out of bounds or misaligned for `T`.
+pub fn typed<T: Pod>(bytes: &[Cell<u8>], offset: usize, len: usize) -> Option<&[Cell<T>]> {
+    let size = std::mem::size_of::<T>();
+    let end = len.checked_mul(size)?.checked_add(offset)?;
+    let range = bytes.get(offset..end)?;
+    if !(range.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        return None;
+    }
+    let ptr = range.as_ptr().cast::<Cell<T>>();
+    // SAFETY: `Cell<T>` has the layout of `T` and `Cell<u8>` that of `u8`,
+    // so the range is `len` values of `Cell<T>`: its length was checked
+    // above, its start is aligned for `T` (checked above), and `T: Pod`
+    // makes every bit pattern a valid `T`. Both slices give shared,
+    // interior-mutable access to the same bytes with the lifetime of
+    // `bytes`; `Cell` is `!Sync`, so the views cannot reach another thread,
+    // and neither type hands out references into its contents, so no `&T`
+    // can observe a write made through the other view.
+    #[allow(unsafe_code)]
+    Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// A read-only operand: a weight borrowed from the mapping or a tensor in
+/// the arena.
+#[derive(Clone, Copy)]
+pub enum Src<'a, T> {
+    /// A weight (read-only mapping).
+    Weight(&'a [T]),
+    /// An arena tensor.
+    Arena(&'a [Cell<T>]),
+}
+
+impl<T: Copy> Src<'_, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Src::Weight(w) => w.len(),
+            Src::Arena(a) => a.len(),
+        }
+    }
+
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` (panics out of bounds: kernels check shapes at setup).
+    #[inline(always)]
+    pub fn at(&self, i: usize) -> T {
+        match self {
+            Src::Weight(w) => w[i],
+            Src::Arena(a) => a[i].get(),
+        }
+    }
+}
+
+/// Element access shared by weights (`&[T]`) and arena tensors
+/// (`&[Cell<T>]`), so hot loops are compiled once per storage kind
+/// instead of branching on it per element.
+pub trait Load<T>: Copy {
+    /// Element `i`.
+    fn load(self, i: usize) -> T;
+    /// Number of elements.
+    fn count(self) -> usize;
+}
+
+impl<T: Copy> Load<T> for &[T] {
+    #[inline(always)]
+    fn load(self, i: usize) -> T {
+        self[i]
+    }
+    #[inline(always)]
+    fn count(self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: Copy> Load<T> for &[Cell<T>] {
+    #[inline(always)]
+    fn load(self, i: usize) -> T {
+        self[i].get()
+    }
+    #[inline(always)]
+    fn count(self) -> usize {
+        self.len()
+    }
+}
+
+/// Calls `$body` with `$name` bound to the storage of `$src` as a
+/// [`Load`] implementation, so the body is monomorphised per kind.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_load {
+    ($src:expr, |$name:ident| $body:expr) => {
+        match $src {
+            $crate::kernels::cells::Src::Weight($name) => $body,
+            $crate::kernels::cells::Src::Arena($name) => $body,
+        }
+    };
+}

@@ -1,0 +1,284 @@
+//! Single-precision matrix multiplication, `C += A · B`, with the packing
+//! buffers in caller-given scratch (the arena).
+//!
+//! The loop structure is the one of BLIS and of the `matrixmultiply` and
+//! `gemm` crates: blocks of `KC` along k, `MC` along m and `NC` along n;
+//! each block of A and B is copied ("packed") into panels of `MR` rows and
+//! `NR` columns; a micro-kernel keeps an `MR × NR` tile of C in registers
+//! while it walks one panel of each. Those crates allocate their packing
+//! buffers on every call, which a run that allocates nothing cannot allow,
+//! and take only strided matrices; here the operands are [`PackA`] and
+//! [`PackB`] sources, so a convolution packs its B panels straight from the
+//! image (no im2col buffer) and the packing buffers are tensors the
+//! compiler planned into the arena (`scratch_elems` is their size).
+
+use super::cells::Load;
+use std::cell::Cell;
+
+/// Rows of the micro-kernel's tile.
+pub const MR: usize = 6;
+/// Columns of the micro-kernel's tile (two 8-lane vectors).
+pub const NR: usize = 16;
+/// Depth of a block: one packed A panel (`MR × KC` floats) stays in L1.
+pub const KC: usize = 256;
+/// Rows of a block: the packed A block (`MC × KC`) stays in L2.
+pub const MC: usize = 72;
+/// Columns of a block: the packed B block (`KC × NC`) stays in L3.
+pub const NC: usize = 1024;
+
+fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+/// Floats of scratch a product of `m × k` by `k × n` needs: one packed
+/// block of A followed by one of B.
+pub fn scratch_elems(m: usize, n: usize, k: usize) -> usize {
+    let kc = k.clamp(1, KC);
+    round_up(m.clamp(1, MC), MR) * kc + round_up(n.clamp(1, NC), NR) * kc
+}
+
+/// A left operand that can copy a block of itself into panels.
+pub trait PackA {
+    /// Writes rows `i0..i0 + mc` and depths `p0..p0 + kc` as panels of
+    /// `MR` rows: element `(i0 + r0 + r, p0 + p)` goes to
+    /// `dst[(r0 / MR * kc + p) * MR + r]`; rows past the matrix are zero.
+    fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, dst: &[Cell<f32>]);
+}
+
+/// A right operand that can copy a block of itself into panels.
+pub trait PackB {
+    /// Writes depths `p0..p0 + kc` and columns `j0..j0 + nc` as panels of
+    /// `NR` columns: element `(p0 + p, j0 + c0 + c)` goes to
+    /// `dst[(c0 / NR * kc + p) * NR + c]`; columns past the matrix are zero.
+    fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]);
+}
+
+/// A strided matrix in a weight or an arena tensor: element `(i, j)` is
+/// `data[offset + i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub struct Strided<L> {
+    /// The storage.
+    pub data: L,
+    /// Index of element (0, 0).
+    pub offset: usize,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+impl<L: Load<f32>> PackA for Strided<L> {
+    fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, dst: &[Cell<f32>]) {
+        for (panel, r0) in (0..mc).step_by(MR).enumerate() {
+            let out = &dst[panel * kc * MR..(panel + 1) * kc * MR];
+            let rows = MR.min(self.rows - (i0 + r0).min(self.rows));
+            for (p, o) in out.chunks_exact(MR).enumerate() {
+                let base = self.offset + (p0 + p) * self.cs + (i0 + r0) * self.rs;
+                for (r, cell) in o.iter().enumerate() {
+                    cell.set(if r < rows {
+                        self.data.load(base + r * self.rs)
+                    } else {
+                        0.0
+                    });
+                }
+            }
+        }
+    }
+}
+
+impl<L: Load<f32>> PackB for Strided<L> {
+    fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        for (panel, c0) in (0..nc).step_by(NR).enumerate() {
+            let out = &dst[panel * kc * NR..(panel + 1) * kc * NR];
+            let cols = NR.min(self.cols - (j0 + c0).min(self.cols));
+            for (p, o) in out.chunks_exact(NR).enumerate() {
+                let base = self.offset + (p0 + p) * self.rs + (j0 + c0) * self.cs;
+                if self.cs == 1 && cols == NR {
+                    for (c, cell) in o.iter().enumerate() {
+                        cell.set(self.data.load(base + c));
+                    }
+                } else {
+                    for (c, cell) in o.iter().enumerate() {
+                        cell.set(if c < cols {
+                            self.data.load(base + c * self.cs)
+                        } else {
+                            0.0
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The destination: element `(i, j)` of C is `data[offset + i * rs + j * cs]`.
+pub struct Dst<'a> {
+    /// The storage.
+    pub data: &'a [Cell<f32>],
+    /// Index of element (0, 0).
+    pub offset: usize,
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+/// `C[m × n] += A[m × k] · B[k × n]`, packing through `scratch` (at least
+/// [`scratch_elems`] floats).
+pub fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &impl PackA,
+    b: &impl PackB,
+    c: &Dst<'_>,
+    scratch: &[Cell<f32>],
+) {
+    if m == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let kc_max = k.min(KC);
+    let a_len = round_up(m.min(MC), MR) * kc_max;
+    let (apack, bpack) = scratch.split_at(a_len);
+    let fma = fma_available();
+    for j0 in (0..n).step_by(NC) {
+        let nc = NC.min(n - j0);
+        for p0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - p0);
+            b.pack(p0, kc, j0, nc, bpack);
+            for i0 in (0..m).step_by(MC) {
+                let mc = MC.min(m - i0);
+                a.pack(i0, mc, p0, kc, apack);
+                for (bp, c0) in (0..nc).step_by(NR).enumerate() {
+                    let bpanel = &bpack[bp * kc * NR..(bp + 1) * kc * NR];
+                    for (ap, r0) in (0..mc).step_by(MR).enumerate() {
+                        let apanel = &apack[ap * kc * MR..(ap + 1) * kc * MR];
+                        let tile = micro_kernel(fma, kc, apanel, bpanel);
+                        let rows = MR.min(mc - r0);
+                        let cols = NR.min(nc - c0);
+                        for (r, row) in tile.iter().enumerate().take(rows) {
+                            let base = c.offset + (i0 + r0 + r) * c.rs + (j0 + c0) * c.cs;
+                            for (j, v) in row.iter().enumerate().take(cols) {
+                                let cell = &c.data[base + j * c.cs];
+                                cell.set(cell.get() + v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn tile_product<const FMA: bool>(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
+    let mut acc = [[0f32; NR]; MR];
+    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
+        let bv: [f32; NR] = std::array::from_fn(|j| bv[j].get());
+        for (row, ai) in acc.iter_mut().zip(av) {
+            let ai = ai.get();
+            for (acc, bj) in row.iter_mut().zip(bv) {
+                *acc = if FMA {
+                    ai.mul_add(bj, *acc)
+                } else {
+                    *acc + ai * bj
+                };
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fma_available() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fma_available() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn tile_product_avx2(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
+    tile_product::<true>(kc, a, b)
+}
+
+#[inline(always)]
+fn micro_kernel(fma: bool, kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
+    #[cfg(target_arch = "x86_64")]
+    if fma {
+        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
+        // which `fma_available` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe { tile_product_avx2(kc, a, b) };
+    }
+    let _ = fma;
+    tile_product::<false>(kc, a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let mut c = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn matches_the_naive_product_across_block_edges() {
+        // Sizes straddle MR, NR, KC, MC and NC boundaries.
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (7, 17, 3),
+            (73, 33, 257),
+            (6, 1025, 20),
+            (150, 40, 600),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32) - 5.0).collect();
+            let mut c = vec![0f32; m * n];
+            let mut scratch = vec![0f32; scratch_elems(m, n, k)];
+            let cells = Cell::from_mut(c.as_mut_slice()).as_slice_of_cells();
+            let sa = Strided {
+                data: a.as_slice(),
+                offset: 0,
+                rs: k,
+                cs: 1,
+                rows: m,
+                cols: k,
+            };
+            // B read transposed from a column-major copy: strided packing.
+            let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            let sb = Strided {
+                data: bt.as_slice(),
+                offset: 0,
+                rs: 1,
+                cs: k,
+                rows: k,
+                cols: n,
+            };
+            let dst = Dst {
+                data: cells,
+                offset: 0,
+                rs: n,
+                cs: 1,
+            };
+            let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+            gemm(m, n, k, &sa, &sb, &dst, s);
+            let want = naive(m, n, k, &a, &b);
+            assert_eq!(c, want, "{m}x{n}x{k}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Shapes, strides and the walk over the rows of several strided operands
+//! at once, shared by the element-wise and data-movement kernels.
+
+/// Highest rank a kernel walks (after merging dimensions).
+pub const MAX_RANK: usize = 8;
+
+/// Row-major element strides of `shape`.
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Strides that read a tensor of `shape` broadcast to `out` (aligned on
+/// the right; a dimension of 1 against a larger one has stride 0). `None`
+/// when the shapes do not broadcast.
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    if shape.len() > out.len() {
+        return None;
+    }
+    let own = strides_of(shape);
+    let lead = out.len() - shape.len();
+    let mut s = vec![0; out.len()];
+    for (i, &d) in out.iter().enumerate().skip(lead) {
+        let src = shape[i - lead];
+        if src == d {
+            s[i] = own[i - lead];
+        } else if src != 1 {
+            return None;
+        }
+    }
+    Some(s)
+}
+
+/// Dimensions and per-operand strides with size-1 dimensions dropped and
+/// neighbours merged where every operand allows it, so that the innermost
+/// loop is as long as possible.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Walk<const K: usize> {
+    /// Dimensions (at least one, at most [`MAX_RANK`]).
+    pub dims: Vec<usize>,
+    /// Strides per dimension, one per operand.
+    pub strides: Vec<[usize; K]>,
+}
+
+impl<const K: usize> Walk<K> {
+    /// Merges `dims` with the operands' `strides`. `None` above
+    /// [`MAX_RANK`] dimensions after merging.
+    pub fn new(dims: &[usize], strides: [&[usize]; K]) -> Option<Walk<K>> {
+        let mut out_dims: Vec<usize> = Vec::new();
+        let mut out_strides: Vec<[usize; K]> = Vec::new();
+        for (i, &d) in dims.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let s: [usize; K] = std::array::from_fn(|k| strides[k][i]);
+            if let (Some(ld), Some(ls)) = (out_dims.last_mut(), out_strides.last_mut()) {
+                if (0..K).all(|k| ls[k] == s[k] * d) {
+                    *ld *= d;
+                    *ls = s;
+                    continue;
+                }
+            }
+            out_dims.push(d);
+            out_strides.push(s);
+        }
+        if dims.contains(&0) {
+            out_dims = vec![0];
+            out_strides = vec![[0; K]];
+        }
+        if out_dims.is_empty() {
+            out_dims.push(1);
+            out_strides.push([0; K]);
+        }
+        (out_dims.len() <= MAX_RANK).then_some(Walk {
+            dims: out_dims,
+            strides: out_strides,
+        })
+    }
+
+    /// Length and per-operand stride of the innermost dimension.
+    pub fn inner(&self) -> (usize, [usize; K]) {
+        let last = self.dims.len() - 1;
+        (self.dims[last], self.strides[last])
+    }
+
+    /// Calls `f` with each operand's offset of the first element of every
+    /// innermost row (offsets are added to `base`).
+    #[inline]
+    pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K])) {
+        let outer = self.dims.len() - 1;
+        if self.dims.contains(&0) {
+            return;
+        }
+        let mut index = [0usize; MAX_RANK];
+        let mut offs = base;
+        loop {
+            f(offs);
+            let mut axis = outer;
+            loop {
+                if axis == 0 {
+                    return;
+                }
+                axis -= 1;
+                index[axis] += 1;
+                for (k, o) in offs.iter_mut().enumerate() {
+                    *o += self.strides[axis][k];
+                }
+                if index[axis] < self.dims[axis] {
+                    break;
+                }
+                for (k, o) in offs.iter_mut().enumerate() {
+                    *o -= self.strides[axis][k] * self.dims[axis];
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_visit_every_element_once_in_order() {
+        let dims = [2, 1, 3, 4];
+        let out = strides_of(&dims);
+        // Transposed input: the walk cannot merge everything.
+        let input = [1, 0, 8, 2];
+        let w = Walk::new(&dims, [&out, &input]).unwrap();
+        let mut seen = Vec::new();
+        let (len, inner) = w.inner();
+        w.rows([0, 0], |[o, i]| {
+            for j in 0..len {
+                seen.push((o + j * inner[0], i + j * inner[1]));
+            }
+        });
+        let want: Vec<(usize, usize)> = (0..24)
+            .map(|e| {
+                let (a, b, c) = (e / 12, (e / 4) % 3, e % 4);
+                (e, a + b * 8 + c * 2)
+            })
+            .collect();
+        assert_eq!(seen, want);
+        assert!(w.dims.len() < dims.len());
+    }
+
+    #[test]
+    fn broadcast_strides_zero_the_repeated_dimensions() {
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), Some(vec![0, 1, 0]));
+        assert_eq!(broadcast_strides(&[2, 4], &[2, 3, 4]), None);
+    }
+}

@@ -1,0 +1,253 @@
+//! Normalisations, reductions and pooling over f32 tensors.
+
+use super::cells::Src;
+use super::layout::Walk;
+use std::cell::Cell;
+
+/// A tensor seen as `outer × n × inner` around one axis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AroundAxis {
+    /// Product of the dimensions before the axis.
+    pub outer: usize,
+    /// The axis' dimension.
+    pub n: usize,
+    /// Product of the dimensions after it.
+    pub inner: usize,
+}
+
+impl AroundAxis {
+    /// Splits `shape` around `axis` (`None` when out of range).
+    pub fn new(shape: &[usize], axis: usize) -> Option<AroundAxis> {
+        (axis < shape.len()).then(|| AroundAxis {
+            outer: shape[..axis].iter().product(),
+            n: shape[axis],
+            inner: shape[axis + 1..].iter().product(),
+        })
+    }
+
+    fn lanes(self, mut f: impl FnMut(usize)) {
+        for o in 0..self.outer {
+            for i in 0..self.inner {
+                f(o * self.n * self.inner + i);
+            }
+        }
+    }
+}
+
+/// Softmax (or log-softmax) along the axis.
+pub fn softmax(at: AroundAxis, log: bool, x: Src<'_, f32>, out: &[Cell<f32>]) {
+    let s = at.inner;
+    at.lanes(|base| {
+        let max = (0..at.n)
+            .map(|j| x.at(base + j * s))
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for j in 0..at.n {
+            let e = (x.at(base + j * s) - max).exp();
+            sum += e;
+            out[base + j * s].set(if log { x.at(base + j * s) - max } else { e });
+        }
+        if log {
+            let ln = sum.ln();
+            for j in 0..at.n {
+                let c = &out[base + j * s];
+                c.set(c.get() - ln);
+            }
+        } else {
+            let r = 1.0 / sum;
+            for j in 0..at.n {
+                let c = &out[base + j * s];
+                c.set(c.get() * r);
+            }
+        }
+    });
+}
+
+/// `x / √(mean(x²) + eps)` along the axis.
+pub fn rms_norm(at: AroundAxis, eps: f32, x: Src<'_, f32>, out: &[Cell<f32>]) {
+    let s = at.inner;
+    at.lanes(|base| {
+        let sq: f32 = (0..at.n).map(|j| x.at(base + j * s).powi(2)).sum();
+        let r = 1.0 / (sq / at.n as f32 + eps).sqrt();
+        for j in 0..at.n {
+            out[base + j * s].set(x.at(base + j * s) * r);
+        }
+    });
+}
+
+/// How a reduction combines values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reducer {
+    /// Σx
+    Sum,
+    /// Πx
+    Prod,
+    /// max
+    Max,
+    /// min
+    Min,
+    /// Σx² / n
+    MeanOfSquares,
+}
+
+impl Reducer {
+    /// The reducer tract names `name` (`Sum`, `Prod`, ...).
+    pub fn from_name(name: &str) -> Option<Reducer> {
+        Some(match name {
+            "Sum" => Reducer::Sum,
+            "Prod" => Reducer::Prod,
+            "Max" => Reducer::Max,
+            "Min" => Reducer::Min,
+            "MeanOfSquares" => Reducer::MeanOfSquares,
+            _ => return None,
+        })
+    }
+}
+
+/// Reduces `x` into `out` (reduced axes kept with size 1). `walk` runs
+/// over the input's dimensions with operands (output, input); the
+/// output's stride is 0 along reduced axes. `count` is the number of
+/// values reduced into each output.
+pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: Src<'_, f32>, out: &[Cell<f32>]) {
+    let init = match r {
+        Reducer::Sum | Reducer::MeanOfSquares => 0.0,
+        Reducer::Prod => 1.0,
+        Reducer::Max => f32::NEG_INFINITY,
+        Reducer::Min => f32::INFINITY,
+    };
+    out.iter().for_each(|c| c.set(init));
+    let (len, [so, si]) = walk.inner();
+    walk.rows([0, 0], |[o, i]| {
+        if so == 0 {
+            let c = &out[o];
+            let mut acc = c.get();
+            for j in 0..len {
+                let v = x.at(i + j * si);
+                acc = combine(r, acc, v);
+            }
+            c.set(acc);
+        } else {
+            for j in 0..len {
+                let c = &out[o + j * so];
+                c.set(combine(r, c.get(), x.at(i + j * si)));
+            }
+        }
+    });
+    if r == Reducer::MeanOfSquares {
+        let n = count.max(1) as f32;
+        out.iter().for_each(|c| c.set(c.get() / n));
+    }
+}
+
+#[inline(always)]
+fn combine(r: Reducer, acc: f32, v: f32) -> f32 {
+    match r {
+        Reducer::Sum => acc + v,
+        Reducer::Prod => acc * v,
+        Reducer::Max => acc.max(v),
+        Reducer::Min => acc.min(v),
+        Reducer::MeanOfSquares => acc + v * v,
+    }
+}
+
+/// Geometry of a 2-D window op over `channels` planes (1-D ops have
+/// height 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Window {
+    /// Images × channels.
+    pub planes: usize,
+    /// Input height and width.
+    pub input: [usize; 2],
+    /// Output height and width.
+    pub output: [usize; 2],
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Strides.
+    pub strides: [usize; 2],
+    /// Dilations.
+    pub dilations: [usize; 2],
+    /// Padding before (top, left).
+    pub pad: [usize; 2],
+}
+
+impl Window {
+    /// Input rows or columns the window at output position `o` covers
+    /// along `axis`, as (first tap, last tap + 1), clipped to the input.
+    #[inline]
+    pub fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
+        let start = (o * self.strides[axis]) as isize - self.pad[axis] as isize;
+        let d = self.dilations[axis] as isize;
+        let n = self.input[axis] as isize;
+        let mut lo = 0;
+        while lo < self.kernel[axis] && start + lo as isize * d < 0 {
+            lo += 1;
+        }
+        let mut hi = self.kernel[axis];
+        while hi > lo && start + (hi as isize - 1) * d >= n {
+            hi -= 1;
+        }
+        (lo, hi)
+    }
+
+    fn input_at(&self, axis: usize, o: usize, tap: usize) -> usize {
+        o * self.strides[axis] + tap * self.dilations[axis] - self.pad[axis]
+    }
+}
+
+/// Pooling flavours.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pool {
+    /// Largest value in the window.
+    Max,
+    /// Sum, optionally divided by the window size (with or without the
+    /// padding).
+    Sum {
+        /// Divide by the count.
+        normalize: bool,
+        /// Count padding positions too.
+        count_include_pad: bool,
+    },
+}
+
+/// Pools every plane of `x` into `out`.
+pub fn pool(kind: Pool, w: &Window, x: Src<'_, f32>, out: &[Cell<f32>]) {
+    let [ih, iw] = w.input;
+    let [oh, ow] = w.output;
+    for plane in 0..w.planes {
+        let xb = plane * ih * iw;
+        let ob = plane * oh * ow;
+        for oy in 0..oh {
+            let (ky0, ky1) = w.taps(0, oy);
+            for ox in 0..ow {
+                let (kx0, kx1) = w.taps(1, ox);
+                let mut acc = match kind {
+                    Pool::Max => f32::NEG_INFINITY,
+                    Pool::Sum { .. } => 0.0,
+                };
+                for ky in ky0..ky1 {
+                    let row = xb + w.input_at(0, oy, ky) * iw;
+                    for kx in kx0..kx1 {
+                        let v = x.at(row + w.input_at(1, ox, kx));
+                        acc = match kind {
+                            Pool::Max => acc.max(v),
+                            Pool::Sum { .. } => acc + v,
+                        };
+                    }
+                }
+                if let Pool::Sum {
+                    normalize: true,
+                    count_include_pad,
+                } = kind
+                {
+                    let count = if count_include_pad {
+                        w.kernel[0] * w.kernel[1]
+                    } else {
+                        (ky1 - ky0) * (kx1 - kx0)
+                    };
+                    acc /= count.max(1) as f32;
+                }
+                out[ob + oy * ow + ox].set(acc);
+            }
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Running a bundle: [`Session`] prepares a kernel for every operator,
+//! allocates the arena once, and runs the steps in order with every
+//! activation at its planned offset and every weight read from the
+//! mapping.
+
+use crate::arena::{Arena, ArenaError};
+use crate::kernels::{self, Failure, Operand, Step, Views};
+use crate::lookup::{Element, LookupError, TensorKey};
+use crate::Bundle;
+use std::cell::Cell;
+use thiserror::Error;
+
+/// An operator the runtime cannot run, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnsupportedOp {
+    /// Its step.
+    pub step: usize,
+    /// Its name.
+    pub name: String,
+    /// Its type.
+    pub op_type: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a session could not be set up.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    /// The arena could not be allocated.
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    /// Operators without a kernel (every one is listed).
+    #[error("{}: {} operator(s) cannot run:{}", path.display(), ops.len(), list(ops))]
+    Unsupported {
+        /// The bundle.
+        path: std::path::PathBuf,
+        /// Each operator and why.
+        ops: Vec<UnsupportedOp>,
+    },
+    /// A thread count the kernels do not support.
+    #[error("{0} threads asked for; the kernels run on one thread")]
+    Threads(usize),
+    /// An input was given with the wrong size or type.
+    #[error(transparent)]
+    Lookup(#[from] LookupError),
+    /// An input was given with the wrong number of elements.
+    #[error("input `{name}` takes {want} elements, {got} given")]
+    InputSize {
+        /// The input.
+        name: String,
+        /// Elements it holds.
+        want: usize,
+        /// Elements given.
+        got: usize,
+    },
+}
+
+fn list(ops: &[UnsupportedOp]) -> String {
+    ops.iter()
+        .map(|o| {
+            format!(
+                "\n  step {} `{}` ({}): {}",
+                o.step, o.name, o.op_type, o.reason
+            )
+        })
+        .collect()
+}
+
+/// Why a run stopped.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// A gather index was out of range.
+    #[error("step {step} `{name}`: index {index} is out of range")]
+    Index {
+        /// The step.
+        step: usize,
+        /// The operator.
+        name: String,
+        /// The index.
+        index: i64,
+    },
+    /// A tensor view did not fit (setup rules this out).
+    #[error("step {step} `{name}`: tensor {tensor} does not fit the arena")]
+    View {
+        /// The step.
+        step: usize,
+        /// The operator.
+        name: String,
+        /// The tensor.
+        tensor: u32,
+    },
+}
+
+/// A bundle ready to run: prepared kernels, the arena and the scratch.
+pub struct Session<'b> {
+    bundle: &'b Bundle,
+    steps: Vec<Step<'b>>,
+    arena: Arena,
+    scratch: Vec<f32>,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("bundle", &self.bundle.path())
+            .field("steps", &self.steps.len())
+            .field("scratch_floats", &self.scratch.len())
+            .finish()
+    }
+}
+
+impl<'b> Session<'b> {
+    /// Prepares every operator of `bundle` and allocates the arena. Fails
+    /// with the list of every operator that has no kernel.
+    pub fn new(bundle: &'b Bundle) -> Result<Session<'b>, SessionError> {
+        Session::with_threads(bundle, 1)
+    }
+
+    /// [`Session::new`] with `threads` worker threads for the kernels.
+    pub fn with_threads(bundle: &'b Bundle, threads: usize) -> Result<Session<'b>, SessionError> {
+        if threads != 1 {
+            return Err(SessionError::Threads(threads));
+        }
+        let contents = bundle.contents();
+        let mut steps = Vec::with_capacity(contents.ops.len());
+        let mut unsupported = Vec::new();
+        let weight = |id: u32| bundle.weight_bytes(id);
+        for (i, op) in contents.ops.iter().enumerate() {
+            let operands = |ids: &[u32]| -> Result<Vec<Operand<'b>>, String> {
+                ids.iter()
+                    .map(|&id| kernels::operand(contents, id, weight))
+                    .collect()
+            };
+            let prepared = operands(&op.inputs).and_then(|inputs| {
+                let outputs = operands(&op.outputs)?;
+                if let Some(o) = outputs
+                    .iter()
+                    .find(|o| matches!(o.loc, kernels::Loc::Weight(_)))
+                {
+                    return Err(format!("output tensor {} is a weight", o.id));
+                }
+                let (kernel, scratch) = kernels::prepare(op, &inputs, &outputs)?;
+                Ok(Step {
+                    kernel,
+                    inputs,
+                    outputs,
+                    scratch,
+                })
+            });
+            match prepared {
+                Ok(step) => steps.push(step),
+                Err(reason) => unsupported.push(UnsupportedOp {
+                    step: i,
+                    name: op.name.clone(),
+                    op_type: op.op_type.clone(),
+                    reason,
+                }),
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(SessionError::Unsupported {
+                path: bundle.path().to_path_buf(),
+                ops: unsupported,
+            });
+        }
+        let scratch = vec![0f32; steps.iter().map(|s| s.scratch).max().unwrap_or(0)];
+        Ok(Session {
+            bundle,
+            steps,
+            arena: Arena::new(bundle)?,
+            scratch,
+        })
+    }
+
+    /// The bundle.
+    pub fn bundle(&self) -> &'b Bundle {
+        self.bundle
+    }
+
+    /// The arena (inputs, outputs and activations at their offsets).
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// Floats of scratch the kernels share.
+    pub fn scratch_floats(&self) -> usize {
+        self.scratch.len()
+    }
+
+    /// Input `key` as a mutable slice of the arena, to fill in place.
+    pub fn input_mut<T: Element, K: TensorKey + ?Sized>(
+        &mut self,
+        key: &K,
+    ) -> Result<&mut [T], LookupError> {
+        self.arena.tensor_mut(self.bundle, key)
+    }
+
+    /// Input `key`'s bytes in the arena, to fill in place.
+    pub fn input_bytes_mut<K: TensorKey + ?Sized>(
+        &mut self,
+        key: &K,
+    ) -> Result<&mut [u8], LookupError> {
+        self.arena.tensor_bytes_mut(self.bundle, key)
+    }
+
+    /// Copies `data` into input `key`.
+    pub fn set_input<T: Element, K: TensorKey + ?Sized>(
+        &mut self,
+        key: &K,
+        data: &[T],
+    ) -> Result<(), SessionError> {
+        let name = self.bundle.tensor(key)?.name().to_string();
+        let slot = self.input_mut::<T, K>(key)?;
+        if slot.len() != data.len() {
+            return Err(SessionError::InputSize {
+                name,
+                want: slot.len(),
+                got: data.len(),
+            });
+        }
+        slot.copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Output (or any arena tensor) `key` after [`Session::run`].
+    pub fn output<T: Element, K: TensorKey + ?Sized>(&self, key: &K) -> Result<&[T], LookupError> {
+        self.arena.tensor(self.bundle, key)
+    }
+
+    /// Runs every step in order. Allocates nothing.
+    pub fn run(&mut self) -> Result<(), RunError> {
+        let contents = self.bundle.contents();
+        let arena = Cell::from_mut(self.arena.bytes_mut()).as_slice_of_cells();
+        let views = Views { arena };
+        let scratch_cells = Cell::from_mut(self.scratch.as_mut_slice()).as_slice_of_cells();
+        for (i, step) in self.steps.iter().enumerate() {
+            let scratch = &scratch_cells[..step.scratch];
+            kernels::run(step, &views, scratch).map_err(|f| {
+                let name = contents.ops[i].name.clone();
+                match f {
+                    Failure::View(tensor) => RunError::View {
+                        step: i,
+                        name,
+                        tensor,
+                    },
+                    Failure::Index(index) => RunError::Index {
+                        step: i,
+                        name,
+                        index,
+                    },
+                }
+            })?;
+        }
+        Ok(())
+    }
+}
