@@ -125,6 +125,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         if let Ok(eps) = norm.eps.cast_to_scalar::<f32>() {
             out.push(("eps".into(), Attr::Float(eps)));
         }
+    } else if let Some(down) = any.downcast_ref::<ops::Downsample>() {
+        out.push(("axis".into(), Attr::Int(down.axis as i64)));
+        out.push(("stride".into(), Attr::Int(down.stride as i64)));
+        out.push(("modulo".into(), Attr::Int(down.modulo as i64)));
     } else if let Some(cast) = any.downcast_ref::<ops::cast::Cast>() {
         out.push(("to".into(), Attr::Text(format!("{:?}", cast.to))));
     } else if let Some(slice) = any.downcast_ref::<ops::array::Slice>() {

@@ -37,7 +37,8 @@ pub struct Args {
     /// `--tolerance`.
     #[arg(long, value_name = "MODEL.onnx")]
     pub check: Option<PathBuf>,
-    /// Largest relative error `--check` accepts (|a−b| / max(|b|, 1)).
+    /// Largest error `--check` accepts, relative to the output's scale:
+    /// max |a−b| over the elements divided by max |b|.
     #[arg(long, default_value_t = 1e-5)]
     pub tolerance: f64,
 }
@@ -106,9 +107,10 @@ fn read_inputs(bundle: &Bundle, args: &Args) -> Result<Vec<Tensor>> {
     Ok(values)
 }
 
-/// Largest `|a − b| / max(|b|, 1)` over the elements, or `None` when the
-/// shapes differ or a value is not numeric.
-pub(crate) fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
+/// Largest `|a − b|` over the elements divided by the largest `|b|` (the
+/// error relative to the output's scale, meaningful however small its
+/// values), or `None` when the shapes differ or a value is not numeric.
+fn scaled_error(got: &Tensor, want: &Tensor) -> Option<f64> {
     if got.shape() != want.shape() {
         return None;
     }
@@ -118,13 +120,19 @@ pub(crate) fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
         g.to_plain_array_view::<f64>().ok()?,
         w.to_plain_array_view::<f64>().ok()?,
     );
-    Some(g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
+    let scale = w.iter().fold(0.0f64, |m, b| m.max(b.abs()));
+    let diff = g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
         if a == b || (a.is_nan() && b.is_nan()) {
             m
         } else {
-            m.max((a - b).abs() / b.abs().max(1.0))
+            m.max((a - b).abs())
         }
-    }))
+    });
+    Some(if diff == 0.0 {
+        0.0
+    } else {
+        diff / scale.max(f64::MIN_POSITIVE)
+    })
 }
 
 /// The outputs of a finished run, as tract tensors.
@@ -253,7 +261,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         let mut worst = 0.0f64;
         for ((name, ours), theirs) in outs.iter().zip(&reference) {
-            let err = max_relative_error(ours, theirs).with_context(|| {
+            let err = scaled_error(ours, theirs).with_context(|| {
                 format!(
                     "output `{name}`: shape {:?} differs from tract's {:?}",
                     ours.shape(),

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Instant;
 use stow_bundle::Region;
-use stow_onnx::{ArenaLayout, ModelGraph};
+use stow_onnx::{ArenaLayout, ModelGraph, Tensor};
 
 /// Arguments of `stow verify`.
 #[derive(clap::Args)]
@@ -79,6 +79,27 @@ fn match_bundle(
     Ok(offsets)
 }
 
+/// Largest `|a − b| / max(|b|, 1)` over the elements, or `None` when the
+/// shapes differ or a value is not numeric.
+fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
+    if got.shape() != want.shape() {
+        return None;
+    }
+    let g = got.cast_to::<f64>().ok()?;
+    let w = want.cast_to::<f64>().ok()?;
+    let (g, w) = (
+        g.to_plain_array_view::<f64>().ok()?,
+        w.to_plain_array_view::<f64>().ok()?,
+    );
+    Some(g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            m
+        } else {
+            m.max((a - b).abs() / b.abs().max(1.0))
+        }
+    }))
+}
+
 /// Runs `stow verify`.
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
@@ -144,7 +165,7 @@ pub fn run(args: Args) -> Result<()> {
             let mut worst = 0.0f64;
             for (ix, (file, ours)) in files.iter().zip(&run.outputs).enumerate() {
                 let want = stow_onnx::read_tensor_file(file)?;
-                let err = crate::cmd::run::max_relative_error(ours, &want).with_context(|| {
+                let err = max_relative_error(ours, &want).with_context(|| {
                     format!(
                         "output {ix}: shape {:?} differs from {} ({:?})",
                         ours.shape(),

@@ -76,6 +76,10 @@ pub trait Load<T>: Copy {
     fn load(self, i: usize) -> T;
     /// Number of elements.
     fn count(self) -> usize;
+    /// Elements `start..start + len` (panics out of bounds: kernels check
+    /// shapes at setup). Taking a row once lets the loop over it run
+    /// without a bounds check per element, and vectorise.
+    fn sub(self, start: usize, len: usize) -> Self;
 }
 
 impl<T: Copy> Load<T> for &[T] {
@@ -87,6 +91,10 @@ impl<T: Copy> Load<T> for &[T] {
     fn count(self) -> usize {
         self.len()
     }
+    #[inline(always)]
+    fn sub(self, start: usize, len: usize) -> Self {
+        &self[start..start + len]
+    }
 }
 
 impl<T: Copy> Load<T> for &[Cell<T>] {
@@ -97,6 +105,26 @@ impl<T: Copy> Load<T> for &[Cell<T>] {
     #[inline(always)]
     fn count(self) -> usize {
         self.len()
+    }
+    #[inline(always)]
+    fn sub(self, start: usize, len: usize) -> Self {
+        &self[start..start + len]
+    }
+}
+
+/// `out[j] = f(a[j], b[j])` over one row, with the operands sliced once so
+/// that the loop carries no bounds checks.
+#[inline(always)]
+pub fn zip_row<T: Copy, U: Copy>(
+    out: &[Cell<U>],
+    a: impl Load<T>,
+    b: impl Load<T>,
+    f: impl Fn(T, T) -> U,
+) {
+    let n = out.len().min(a.count()).min(b.count());
+    let (out, a, b) = (&out[..n], a.sub(0, n), b.sub(0, n));
+    for j in 0..n {
+        out[j].set(f(a.load(j), b.load(j)));
     }
 }
 

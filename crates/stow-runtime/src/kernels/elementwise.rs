@@ -3,7 +3,7 @@
 //! element `i` of its output, so it runs unchanged when the plan put the
 //! output over an input (in place).
 
-use super::cells::{Load, Src};
+use super::cells::{zip_row, Load, Src};
 use super::layout::Walk;
 use std::cell::Cell;
 
@@ -139,9 +139,43 @@ fn erf(x: f32) -> f32 {
 /// `out[i] = f(src[i])` over equal-length operands.
 pub fn unary(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
     fn go(f: Unary, src: impl Load<f32>, out: &[Cell<f32>]) {
-        for (i, o) in out.iter().enumerate() {
-            o.set(f.apply(src.load(i)));
+        let n = out.len().min(src.count());
+        let (out, src) = (&out[..n], src.sub(0, n));
+        // One loop per function, so each one vectorises on its own.
+        macro_rules! each {
+            ($($name:ident),*) => {
+                match f {
+                    $(Unary::$name => {
+                        for j in 0..n {
+                            out[j].set(Unary::$name.apply(src.load(j)));
+                        }
+                    })*
+                }
+            };
         }
+        each!(
+            Abs,
+            Exp,
+            Ln,
+            Sqrt,
+            Rsqrt,
+            Recip,
+            Neg,
+            Sigmoid,
+            Tanh,
+            Erf,
+            GeluExact,
+            Silu,
+            HardSwish,
+            Sin,
+            Cos,
+            Floor,
+            Ceil,
+            Round,
+            RoundHalfToEven,
+            Sign,
+            Square
+        )
     }
     crate::with_load!(src, |s| go(f, s, out))
 }
@@ -166,19 +200,18 @@ pub fn binary<T: Copy, U: Copy>(
         let (len, [so, sa, sb]) = walk.inner();
         walk.rows([0, 0, 0], |[o, ia, ib]| {
             if so == 1 && sa == 1 && sb == 1 {
-                let out = &out[o..o + len];
-                for (j, c) in out.iter().enumerate() {
-                    c.set(f(a.load(ia + j), b.load(ib + j)));
-                }
+                zip_row(&out[o..o + len], a.sub(ia, len), b.sub(ib, len), &f);
             } else if so == 1 && sa == 1 && sb == 0 {
                 let y = b.load(ib);
-                for (j, c) in out[o..o + len].iter().enumerate() {
-                    c.set(f(a.load(ia + j), y));
+                let (out, a) = (&out[o..o + len], a.sub(ia, len));
+                for j in 0..len {
+                    out[j].set(f(a.load(j), y));
                 }
             } else if so == 1 && sa == 0 && sb == 1 {
                 let x = a.load(ia);
-                for (j, c) in out[o..o + len].iter().enumerate() {
-                    c.set(f(x, b.load(ib + j)));
+                let (out, b) = (&out[o..o + len], b.sub(ib, len));
+                for j in 0..len {
+                    out[j].set(f(x, b.load(j)));
                 }
             } else {
                 for j in 0..len {

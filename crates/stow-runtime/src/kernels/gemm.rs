@@ -76,6 +76,21 @@ impl<L: Load<f32>> PackA for Strided<L> {
         for (panel, r0) in (0..mc).step_by(MR).enumerate() {
             let out = &dst[panel * kc * MR..(panel + 1) * kc * MR];
             let rows = MR.min(self.rows - (i0 + r0).min(self.rows));
+            if self.cs == 1 {
+                // Rows are contiguous: read each one in order.
+                for r in 0..MR {
+                    if r < rows {
+                        let row = self.offset + (i0 + r0 + r) * self.rs + p0;
+                        let src = self.data.sub(row, kc);
+                        for p in 0..kc {
+                            out[p * MR + r].set(src.load(p));
+                        }
+                    } else {
+                        (0..kc).for_each(|p| out[p * MR + r].set(0.0));
+                    }
+                }
+                continue;
+            }
             for (p, o) in out.chunks_exact(MR).enumerate() {
                 let base = self.offset + (p0 + p) * self.cs + (i0 + r0) * self.rs;
                 for (r, cell) in o.iter().enumerate() {
@@ -98,8 +113,9 @@ impl<L: Load<f32>> PackB for Strided<L> {
             for (p, o) in out.chunks_exact(NR).enumerate() {
                 let base = self.offset + (p0 + p) * self.rs + (j0 + c0) * self.cs;
                 if self.cs == 1 && cols == NR {
-                    for (c, cell) in o.iter().enumerate() {
-                        cell.set(self.data.load(base + c));
+                    let src = self.data.sub(base, NR);
+                    for c in 0..NR {
+                        o[c].set(src.load(c));
                     }
                 } else {
                     for (c, cell) in o.iter().enumerate() {

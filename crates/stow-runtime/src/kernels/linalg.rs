@@ -67,30 +67,40 @@ struct Im2col<L> {
 impl<L: Load<f32>> PackB for Im2col<L> {
     fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
         let w = &self.s.window;
-        let [ih, iw] = w.input;
+        let [ih, iw] = w.input.map(|d| d as isize);
         let [_, ow] = w.output;
         let [kh, kw] = w.kernel;
         let n = self.s.n();
         for (panel, c0) in (0..nc).step_by(NR).enumerate() {
             let out = &dst[panel * kc * NR..(panel + 1) * kc * NR];
+            // Top-left input position of each column's window (columns
+            // past the matrix get a position no tap can reach).
+            let mut corner = [(isize::MIN / 2, isize::MIN / 2); NR];
+            for (c, pos) in corner.iter_mut().enumerate() {
+                let j = j0 + c0 + c;
+                if j < n {
+                    *pos = (
+                        ((j / ow) * w.strides[0]) as isize - w.pad[0] as isize,
+                        ((j % ow) * w.strides[1]) as isize - w.pad[1] as isize,
+                    );
+                }
+            }
             for (p, o) in out.chunks_exact(NR).enumerate() {
                 let tap = p0 + p;
                 let (ch, ky, kx) = (tap / (kh * kw), tap / kw % kh, tap % kw);
-                let plane = self.base + ch * ih * iw;
-                for (c, cell) in o.iter().enumerate() {
-                    let j = j0 + c0 + c;
-                    let mut v = 0.0;
-                    if j < n {
-                        let (oy, ox) = (j / ow, j % ow);
-                        let y =
-                            (oy * w.strides[0] + ky * w.dilations[0]) as isize - w.pad[0] as isize;
-                        let x =
-                            (ox * w.strides[1] + kx * w.dilations[1]) as isize - w.pad[1] as isize;
-                        if y >= 0 && x >= 0 && (y as usize) < ih && (x as usize) < iw {
-                            v = self.data.load(plane + y as usize * iw + x as usize);
-                        }
-                    }
-                    cell.set(v);
+                let plane = self.base + ch * (ih * iw) as usize;
+                let (dy, dx) = (
+                    (ky * w.dilations[0]) as isize,
+                    (kx * w.dilations[1]) as isize,
+                );
+                for (cell, &(y0, x0)) in o.iter().zip(&corner) {
+                    let (y, x) = (y0 + dy, x0 + dx);
+                    let inside = (0..ih).contains(&y) && (0..iw).contains(&x);
+                    cell.set(if inside {
+                        self.data.load(plane + (y * iw + x) as usize)
+                    } else {
+                        0.0
+                    });
                 }
             }
         }
@@ -188,7 +198,7 @@ fn depthwise(s: &ConvShape, x: impl Load<f32>, weight: impl Load<f32>, out: &[Ce
             let row_out = &out[ob + oy * ow..ob + (oy + 1) * ow];
             for ky in ky0..ky1 {
                 let y = oy * w.strides[0] + ky * w.dilations[0] - w.pad[0];
-                let row_in = xb + y * iw;
+                let row_in = x.sub(xb + y * iw, iw);
                 for kx in 0..kw {
                     let wv = weight.load((ch * kh + ky) * kw + kx);
                     // Output columns whose tap kx lands inside the row.
@@ -199,9 +209,22 @@ fn depthwise(s: &ConvShape, x: impl Load<f32>, weight: impl Load<f32>, out: &[Ce
                     } else {
                         0
                     };
-                    for (ox, c) in row_out.iter().enumerate().take(end).skip(first) {
-                        let xi = ox * w.strides[1] + off - w.pad[1];
-                        c.set(c.get() + wv * x.load(row_in + xi));
+                    if first >= end {
+                        continue;
+                    }
+                    let count = end - first;
+                    let start = first * w.strides[1] + off - w.pad[1];
+                    let dst = &row_out[first..end];
+                    if w.strides[1] == 1 {
+                        let src = row_in.sub(start, count);
+                        for j in 0..count {
+                            dst[j].set(dst[j].get() + wv * src.load(j));
+                        }
+                    } else {
+                        let sx = w.strides[1];
+                        for (j, c) in dst.iter().enumerate() {
+                            c.set(c.get() + wv * row_in.load(start + j * sx));
+                        }
                     }
                 }
             }

@@ -147,6 +147,8 @@ pub enum Kernel {
     Select(Walk<4>),
     /// Element type conversion.
     Cast,
+    /// f32 → bool: is the value NaN.
+    IsNan,
     /// Copies from input 0 through a walk (destination, source) with base
     /// offsets; `fill` first writes a constant (pad) over the output.
     Copy {
@@ -399,6 +401,34 @@ pub fn prepare(
                 0,
             ))
         }
+        "Downsample" => {
+            arity(ins, outs, 1)?;
+            let axis = attr_int(op, "axis")? as usize;
+            let stride = attr_int(op, "stride")?;
+            let modulo = attr_int(op, "modulo")? as usize;
+            let shape = &ins[0].shape;
+            want(axis < shape.len() && stride > 0, || "bad downsample".into())?;
+            let stride = stride as usize;
+            let mut expect = shape.clone();
+            expect[axis] = shape[axis].saturating_sub(modulo).div_ceil(stride);
+            want(
+                expect == outs[0].shape && ins[0].dtype == outs[0].dtype,
+                || "output shape is not the downsampled input".into(),
+            )?;
+            let mut src = strides_of(shape);
+            let base = modulo * src[axis];
+            src[axis] *= stride;
+            let walk =
+                Walk::new(&outs[0].shape, [&strides_of(&outs[0].shape), &src]).ok_or("rank")?;
+            Ok((
+                Kernel::Copy {
+                    walk,
+                    base: [0, base],
+                    fill: None,
+                },
+                0,
+            ))
+        }
         "Pad" => {
             arity(ins, outs, 1)?;
             let pads = attr_ints(op, "pads")?;
@@ -505,6 +535,15 @@ pub fn prepare(
             let (c, a, b) = (st(&ins[0])?, st(&ins[1])?, st(&ins[2])?);
             let walk = Walk::new(o, [&strides_of(o), &c, &a, &b]).ok_or("rank")?;
             Ok((Kernel::Select(walk), 0))
+        }
+        "IsNan" => {
+            arity(ins, outs, 1)?;
+            want(
+                ins[0].dtype == DType::F32 && outs[0].dtype == DType::Bool,
+                || "IsNan maps f32 to bool".into(),
+            )?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((Kernel::IsNan, 0))
         }
         "Cast" => {
             arity(ins, outs, 1)?;
@@ -988,6 +1027,11 @@ pub fn run(step: &Step<'_>, v: &Views<'_>, scratch: &[Cell<f32>]) -> Result<(), 
             ))
         }
         Kernel::Cast => cast(v, &ins[0], &outs[0])?,
+        Kernel::IsNan => {
+            elementwise::convert(v.src::<f32>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
+                x.is_nan() as u8
+            })
+        }
         Kernel::Copy { walk, base, fill } => {
             let o = &outs[0];
             if let Some(value) = fill {
