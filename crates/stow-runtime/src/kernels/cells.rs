@@ -112,8 +112,13 @@ impl<T: Copy> Load<T> for &[Cell<T>] {
     }
 }
 
-/// `out[j] = f(a[j], b[j])` over one row, with the operands sliced once so
-/// that the loop carries no bounds checks.
+/// Elements a chunked loop reads before it writes.
+const LANES: usize = 16;
+
+/// `out[j] = f(a[j], b[j])` over one row. Each chunk of [`LANES`] elements
+/// is read in full before any of it is written: the result is the same
+/// when `out` is `a` or `b` (an op planned in place), and the compiler,
+/// which cannot rule that overlap out, can still vectorise the chunk.
 #[inline(always)]
 pub fn zip_row<T: Copy, U: Copy>(
     out: &[Cell<U>],
@@ -122,9 +127,38 @@ pub fn zip_row<T: Copy, U: Copy>(
     f: impl Fn(T, T) -> U,
 ) {
     let n = out.len().min(a.count()).min(b.count());
-    let (out, a, b) = (&out[..n], a.sub(0, n), b.sub(0, n));
-    for j in 0..n {
-        out[j].set(f(a.load(j), b.load(j)));
+    let mut j = 0;
+    while j + LANES <= n {
+        let (o, x, y) = (&out[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
+        let x: [T; LANES] = std::array::from_fn(|i| x.load(i));
+        let y: [T; LANES] = std::array::from_fn(|i| y.load(i));
+        let r: [U; LANES] = std::array::from_fn(|i| f(x[i], y[i]));
+        for i in 0..LANES {
+            o[i].set(r[i]);
+        }
+        j += LANES;
+    }
+    for k in j..n {
+        out[k].set(f(a.load(k), b.load(k)));
+    }
+}
+
+/// `out[j] = f(a[j])` over one row, chunked as [`zip_row`].
+#[inline(always)]
+pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T) -> U) {
+    let n = out.len().min(a.count());
+    let mut j = 0;
+    while j + LANES <= n {
+        let (o, x) = (&out[j..j + LANES], a.sub(j, LANES));
+        let x: [T; LANES] = std::array::from_fn(|i| x.load(i));
+        let r: [U; LANES] = std::array::from_fn(|i| f(x[i]));
+        for i in 0..LANES {
+            o[i].set(r[i]);
+        }
+        j += LANES;
+    }
+    for k in j..n {
+        out[k].set(f(a.load(k)));
     }
 }
 

@@ -3,7 +3,7 @@
 //! element `i` of its output, so it runs unchanged when the plan put the
 //! output over an input (in place).
 
-use super::cells::{zip_row, Load, Src};
+use super::cells::{map_row, zip_row, Load, Src};
 use super::layout::Walk;
 use std::cell::Cell;
 
@@ -145,11 +145,7 @@ pub fn unary(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
         macro_rules! each {
             ($($name:ident),*) => {
                 match f {
-                    $(Unary::$name => {
-                        for j in 0..n {
-                            out[j].set(Unary::$name.apply(src.load(j)));
-                        }
-                    })*
+                    $(Unary::$name => map_row(out, src, |x| Unary::$name.apply(x)),)*
                 }
             };
         }
@@ -203,16 +199,10 @@ pub fn binary<T: Copy, U: Copy>(
                 zip_row(&out[o..o + len], a.sub(ia, len), b.sub(ib, len), &f);
             } else if so == 1 && sa == 1 && sb == 0 {
                 let y = b.load(ib);
-                let (out, a) = (&out[o..o + len], a.sub(ia, len));
-                for j in 0..len {
-                    out[j].set(f(a.load(j), y));
-                }
+                map_row(&out[o..o + len], a.sub(ia, len), |x| f(x, y));
             } else if so == 1 && sa == 0 && sb == 1 {
                 let x = a.load(ia);
-                let (out, b) = (&out[o..o + len], b.sub(ib, len));
-                for j in 0..len {
-                    out[j].set(f(x, b.load(j)));
-                }
+                map_row(&out[o..o + len], b.sub(ib, len), |y| f(x, y));
             } else {
                 for j in 0..len {
                     out[o + j * so].set(f(a.load(ia + j * sa), b.load(ib + j * sb)));

@@ -1,7 +1,7 @@
 //! Convolution (through the packed product, reading the image directly)
 //! and the depthwise case, which has no product to speak of.
 
-use super::cells::{Load, Src};
+use super::cells::{zip_row, Load, Src};
 use super::gemm::{self, Dst, PackB, Strided, NR};
 use super::nn::Window;
 use std::cell::Cell;
@@ -216,10 +216,7 @@ fn depthwise(s: &ConvShape, x: impl Load<f32>, weight: impl Load<f32>, out: &[Ce
                     let start = first * w.strides[1] + off - w.pad[1];
                     let dst = &row_out[first..end];
                     if w.strides[1] == 1 {
-                        let src = row_in.sub(start, count);
-                        for j in 0..count {
-                            dst[j].set(dst[j].get() + wv * src.load(j));
-                        }
+                        zip_row(dst, dst, row_in.sub(start, count), |o, x| o + wv * x);
                     } else {
                         let sx = w.strides[1];
                         for (j, c) in dst.iter().enumerate() {
