@@ -76,6 +76,17 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
             "kernel_format".into(),
             Attr::Text(format!("{:?}", conv.kernel_fmt)),
         ));
+    } else if let Some(deconv) = any.downcast_ref::<ops::cnn::Deconv>() {
+        pool_attrs(&mut out, &deconv.pool_spec);
+        out.push(("group".into(), Attr::Int(deconv.group as i64)));
+        out.push((
+            "kernel_format".into(),
+            Attr::Text(format!("{:?}", deconv.kernel_format)),
+        ));
+        out.push((
+            "adjustments".into(),
+            ints(deconv.adjustments.iter().copied()),
+        ));
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
         pool_attrs(&mut out, &pool.pool_spec);
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
@@ -141,6 +152,18 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("mini_op".into(), Attr::Text(bin.0.name().to_string())));
     } else if let Some(ew) = any.downcast_ref::<ops::element_wise::ElementWiseOp>() {
         out.push(("mini_op".into(), Attr::Text(ew.0.name().to_string())));
+        if let Some(leaky) = ew.0.downcast_ref::<ops::nn::LeakyRelu>() {
+            out.push(("alpha".into(), Attr::Float(leaky.alpha)));
+        }
+    } else if let Some(tile) = any.downcast_ref::<ops::array::Tile>() {
+        if let Some(m) = tile
+            .multipliers
+            .iter()
+            .map(|d| d.to_i64().ok())
+            .collect::<Option<Vec<i64>>>()
+        {
+            out.push(("multipliers".into(), Attr::Ints(m)));
+        }
     }
     let info = op.info().unwrap_or_default();
     if !info.is_empty() {

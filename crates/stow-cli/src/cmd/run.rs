@@ -248,7 +248,11 @@ pub fn run(args: Args) -> Result<()> {
                 .collect(),
             ..Default::default()
         };
+        // The bundle's input names are tract's outlet labels, which may
+        // differ from the model's input names: then load the model with
+        // its own shapes.
         let graph = stow_onnx::load(model, &options)
+            .or_else(|_| stow_onnx::load(model, &LoadOptions::default()))
             .with_context(|| format!("loading {}", model.display()))?;
         let reference = stow_onnx::run_reference(&graph, &inputs).context("running tract")?;
         if reference.len() != outs.len() {

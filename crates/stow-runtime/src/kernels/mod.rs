@@ -7,6 +7,10 @@
 //! shapes, merges dimensions, and sizes the scratch each kernel needs.
 //! Running a prepared kernel allocates nothing.
 
+// Operands are read through `Load` (a weight slice or arena cells), which
+// is indexed, not iterated: index loops are the natural form here.
+#![allow(clippy::needless_range_loop)]
+
 pub mod cells;
 pub mod elementwise;
 pub mod gemm;
@@ -180,6 +184,19 @@ pub enum Kernel {
     Pool(Pool, Window),
     /// Convolution.
     Conv(ConvShape),
+    /// Transposed convolution.
+    Deconv(ConvShape),
+    /// `x < 0 ? alpha·x : x`.
+    LeakyRelu(f32),
+    /// Pad by reflection (`true`) or by repeating the edge.
+    PadEdges {
+        /// Reflect rather than repeat.
+        reflect: bool,
+        /// Padding before each axis.
+        before: Vec<usize>,
+    },
+    /// Repeats of the input at these output offsets (destination, source).
+    Tile(Walk<2>, Vec<[usize; 2]>),
     /// Matrix product.
     MatMul(MatMul),
 }
@@ -401,6 +418,39 @@ pub fn prepare(
                 0,
             ))
         }
+        "LeakyRelu" => {
+            arity(ins, outs, 1)?;
+            all_f32(ins, outs)?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((Kernel::LeakyRelu(attr_float(op, "alpha")?), 0))
+        }
+        "Tile" => {
+            arity(ins, outs, 1)?;
+            let m = attr_ints(op, "multipliers")?;
+            let shape = &ins[0].shape;
+            want(
+                m.len() == shape.len() && ins[0].dtype == outs[0].dtype,
+                || "bad tile".into(),
+            )?;
+            let tiled: Vec<usize> = shape.iter().zip(&m).map(|(d, k)| d * k).collect();
+            want(tiled == outs[0].shape, || {
+                "output shape is not the tiled input".into()
+            })?;
+            let os = strides_of(&outs[0].shape);
+            let walk = Walk::new(shape, [&os, &strides_of(shape)]).ok_or("rank")?;
+            let mut bases = vec![0usize];
+            for (a, &k) in m.iter().enumerate() {
+                let step = shape[a] * os[a];
+                bases = bases
+                    .iter()
+                    .flat_map(|&b| (0..k).map(move |i| b + i * step))
+                    .collect();
+            }
+            Ok((
+                Kernel::Tile(walk, bases.into_iter().map(|b| [b, 0]).collect()),
+                0,
+            ))
+        }
         "Downsample" => {
             arity(ins, outs, 1)?;
             let axis = attr_int(op, "axis")? as usize;
@@ -437,6 +487,22 @@ pub fn prepare(
                 "pads do not match the rank".into()
             })?;
             let mode = attr_text(op, "mode")?;
+            if mode == "Reflect" || mode == "Edge" {
+                let before: Vec<usize> = (0..shape.len()).map(|i| pads[2 * i]).collect();
+                let padded: Vec<usize> = (0..shape.len())
+                    .map(|i| shape[i] + pads[2 * i] + pads[2 * i + 1])
+                    .collect();
+                want(
+                    padded == outs[0].shape && ins[0].dtype == outs[0].dtype,
+                    || "output shape is not the padded input".into(),
+                )?;
+                let reflect = mode == "Reflect";
+                let fits = (0..shape.len()).all(|i| {
+                    shape[i] > 0 && (!reflect || pads[2 * i].max(pads[2 * i + 1]) < shape[i].max(2))
+                });
+                want(fits, || "padding wider than the input".into())?;
+                return Ok((Kernel::PadEdges { reflect, before }, 0));
+            }
             want(mode.starts_with("Constant"), || format!("pad mode {mode}"))?;
             let value = attr_float(op, "value").unwrap_or(0.0) as f64;
             let padded: Vec<usize> = (0..shape.len())
@@ -603,7 +669,7 @@ pub fn prepare(
             };
             Ok((Kernel::Pool(kind, window), 0))
         }
-        "Conv" => conv(op, ins, outs),
+        "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs),
         other => Err(format!("no kernel for `{other}`")),
     }
@@ -621,14 +687,8 @@ fn binary(b: BinOp, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel,
     let (x, y, o) = (&ins[0], &ins[1], &outs[0]);
     want(x.dtype == y.dtype, || "operand types differ".into())?;
     let ok = match x.dtype {
-        DType::F32 => {
-            o.dtype
-                == if b.compares() {
-                    DType::Bool
-                } else {
-                    DType::F32
-                }
-                && !b.logical()
+        DType::F32 | DType::F64 => {
+            o.dtype == if b.compares() { DType::Bool } else { x.dtype } && !b.logical()
         }
         DType::I64 => {
             o.dtype
@@ -665,7 +725,7 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
     };
     let kernel = attr_ints(op, "kernel_shape")?;
     let spatial = kernel.len();
-    want((1..=2).contains(&spatial), || format!("{spatial}-d window"))?;
+    want((1..=3).contains(&spatial), || format!("{spatial}-d window"))?;
     let lead = batch as usize + 1;
     want(
         input.len() == lead + spatial && output.len() == lead + spatial,
@@ -682,7 +742,9 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
         "valid" => vec![0; spatial],
         same => (0..spatial)
             .map(|i| {
-                let need = (output[lead + i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1;
+                let need = (output[lead + i].max(1) - 1) * strides[i]
+                    + (kernel[i].max(1) - 1) * dilations[i]
+                    + 1;
                 let total = need.saturating_sub(input[lead + i]);
                 if same == "same_upper" {
                     total / 2
@@ -693,13 +755,15 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
             .collect(),
     };
     want(pad_before.len() == spatial, || "pads".into())?;
-    // 1-d ops run as 2-d ones of height 1.
-    let two = |v: &[usize], one: usize| {
-        if spatial == 1 {
-            [one, v[0]]
-        } else {
-            [v[0], v[1]]
-        }
+    // 1-d and 2-d ops run as 3-d ones with leading dimensions of 1.
+    let two = |v: &[usize], one: usize| -> [usize; 3] {
+        std::array::from_fn(|a| {
+            if a + spatial < 3 {
+                one
+            } else {
+                v[a + spatial - 3]
+            }
+        })
     };
     let planes: usize = input[..lead].iter().product();
     let w = Window {
@@ -718,6 +782,13 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
 }
 
 fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, usize), String> {
+    let deconv = op.op_type == "Deconv";
+    if deconv {
+        let padding = attr_text(op, "padding")?;
+        want(padding == "explicit" || padding == "valid", || {
+            format!("transposed convolution with {padding} padding")
+        })?;
+    }
     want((2..=3).contains(&ins.len()) && outs.len() == 1, || {
         "conv takes 2 or 3 inputs".into()
     })?;
@@ -745,6 +816,9 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     })?;
     if let Some(b) = ins.get(2) {
         want(b.len == 1 || b.len == c_out, || "bias size".into())?;
+    }
+    if deconv {
+        return Ok((Kernel::Deconv(s), 0));
     }
     Ok((Kernel::Conv(s), s.scratch_elems()))
 }
@@ -924,6 +998,57 @@ fn cast(v: &Views<'_>, x: &Operand<'_>, o: &Operand<'_>) -> Result<(), Failure> 
     Ok(())
 }
 
+fn float_binary<F>(
+    v: &Views<'_>,
+    b: BinOp,
+    walk: &Walk<3>,
+    x: &Operand<'_>,
+    y: &Operand<'_>,
+    o: &Operand<'_>,
+    pow: fn(F, F) -> F,
+) -> Result<(), Failure>
+where
+    F: bytemuck::Pod
+        + PartialOrd
+        + std::ops::Add<Output = F>
+        + std::ops::Sub<Output = F>
+        + std::ops::Mul<Output = F>
+        + std::ops::Div<Output = F>,
+{
+    use elementwise::binary as run;
+    use BinOp::*;
+    let (p, q) = (v.src::<F>(x)?, v.src::<F>(y)?);
+    if b.compares() {
+        let out = v.dst::<u8>(o)?;
+        run(walk, p, q, out, move |a: F, c: F| {
+            (match b {
+                Eq => a == c,
+                Ne => a != c,
+                Lt => a < c,
+                Gt => a > c,
+                Le => a <= c,
+                _ => a >= c,
+            }) as u8
+        });
+        return Ok(());
+    }
+    let out = v.dst::<F>(o)?;
+    // max/min as IEEE maxNum/minNum: a NaN operand yields the other one.
+    let nan = |c: F| c.partial_cmp(&c).is_none();
+    let max = move |a: F, c: F| if a >= c || nan(c) { a } else { c };
+    let min = move |a: F, c: F| if a <= c || nan(c) { a } else { c };
+    match b {
+        Add => run(walk, p, q, out, |a, c| a + c),
+        Sub => run(walk, p, q, out, |a, c| a - c),
+        Mul => run(walk, p, q, out, |a, c| a * c),
+        Div => run(walk, p, q, out, |a, c| a / c),
+        Pow => run(walk, p, q, out, pow),
+        Max => run(walk, p, q, out, max),
+        _ => run(walk, p, q, out, min),
+    }
+    Ok(())
+}
+
 fn binary_run(
     v: &Views<'_>,
     b: BinOp,
@@ -935,34 +1060,8 @@ fn binary_run(
     use elementwise::binary as run;
     use BinOp::*;
     match x.dtype {
-        DType::F32 => {
-            let (p, q) = (v.src::<f32>(x)?, v.src::<f32>(y)?);
-            if b.compares() {
-                let out = v.dst::<u8>(o)?;
-                let f = move |a: f32, c: f32| -> u8 {
-                    (match b {
-                        Eq => a == c,
-                        Ne => a != c,
-                        Lt => a < c,
-                        Gt => a > c,
-                        Le => a <= c,
-                        _ => a >= c,
-                    }) as u8
-                };
-                run(walk, p, q, out, f);
-            } else {
-                let out = v.dst::<f32>(o)?;
-                match b {
-                    Add => run(walk, p, q, out, |a, c| a + c),
-                    Sub => run(walk, p, q, out, |a, c| a - c),
-                    Mul => run(walk, p, q, out, |a, c| a * c),
-                    Div => run(walk, p, q, out, |a, c| a / c),
-                    Pow => run(walk, p, q, out, f32::powf),
-                    Max => run(walk, p, q, out, f32::max),
-                    _ => run(walk, p, q, out, f32::min),
-                }
-            }
-        }
+        DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, f32::powf)?,
+        DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, f64::powf)?,
         DType::I64 => {
             let (p, q) = (v.src::<i64>(x)?, v.src::<i64>(y)?);
             if b.compares() {
@@ -1086,6 +1185,43 @@ pub fn run(step: &Step<'_>, v: &Views<'_>, scratch: &[Cell<f32>]) -> Result<(), 
                 v.dst(&outs[0])?,
                 scratch,
             )
+        }
+        Kernel::Deconv(s) => {
+            let bias = match ins.get(2) {
+                Some(b) => Some(v.src(b)?),
+                None => None,
+            };
+            linalg::deconv(s, v.src(&ins[0])?, v.src(&ins[1])?, bias, v.dst(&outs[0])?)
+        }
+        Kernel::LeakyRelu(alpha) => {
+            let a = *alpha;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
+                v.dst(&outs[0])?,
+                x,
+                |x: f32| if x < 0.0 { a * x } else { x }
+            ))
+        }
+        Kernel::PadEdges { reflect, before } => {
+            let o = &outs[0];
+            by_size!(o.dtype.size_bytes(), |T| movement::pad_edges::<T>(
+                *reflect,
+                before,
+                &ins[0].shape,
+                &o.shape,
+                v.src(&ins[0])?,
+                v.dst(o)?
+            ))
+        }
+        Kernel::Tile(walk, bases) => {
+            let o = &outs[0];
+            for base in bases {
+                by_size!(o.dtype.size_bytes(), |T| movement::copy::<T>(
+                    walk,
+                    *base,
+                    v.src(&ins[0])?,
+                    v.dst(o)?
+                ))
+            }
         }
         Kernel::MatMul(mm) => matmul(
             mm,

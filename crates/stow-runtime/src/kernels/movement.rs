@@ -3,7 +3,7 @@
 //! as raw bits of their size.
 
 use super::cells::Src;
-use super::layout::Walk;
+use super::layout::{Walk, MAX_RANK};
 use std::cell::Cell;
 
 /// Copies through `walk` (operands: destination, source), adding the base
@@ -51,4 +51,56 @@ pub fn gather<T: Copy>(
         }
     }
     Ok(())
+}
+
+/// Pads by reflection (`x[-1] = x[1]`) or by repeating the edge value,
+/// with `before[a]` positions added before axis `a`. Shapes were checked
+/// at setup: every axis is at least as long as its padding (reflection)
+/// or non-empty (edge).
+pub fn pad_edges<T: Copy>(
+    reflect: bool,
+    before: &[usize],
+    input: &[usize],
+    output: &[usize],
+    src: Src<'_, T>,
+    dst: &[Cell<T>],
+) {
+    let rank = output.len();
+    if rank == 0 || rank > MAX_RANK || dst.is_empty() {
+        if let Some(c) = dst.first() {
+            c.set(src.at(0));
+        }
+        return;
+    }
+    let source = |a: usize, o: usize| -> usize {
+        let n = input[a] as isize;
+        let mut c = o as isize - before[a] as isize;
+        if reflect {
+            if c < 0 {
+                c = -c;
+            }
+            if c >= n {
+                c = 2 * (n - 1) - c;
+            }
+        }
+        c.clamp(0, n - 1) as usize
+    };
+    let mut in_strides = [0usize; MAX_RANK];
+    let mut acc = 1;
+    for a in (0..rank).rev() {
+        in_strides[a] = acc;
+        acc *= input[a];
+    }
+    let mut index = [0usize; MAX_RANK];
+    for cell in dst {
+        let at: usize = (0..rank).map(|a| source(a, index[a]) * in_strides[a]).sum();
+        cell.set(src.at(at));
+        for a in (0..rank).rev() {
+            index[a] += 1;
+            if index[a] < output[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
 }

@@ -150,29 +150,30 @@ fn combine(r: Reducer, acc: f32, v: f32) -> f32 {
     }
 }
 
-/// Geometry of a 2-D window op over `channels` planes (1-D ops have
-/// height 1).
+/// Geometry of a window op over `planes` planes of up to three spatial
+/// dimensions (depth, height, width; 1-D and 2-D ops have leading
+/// dimensions of size 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Window {
     /// Images × channels.
     pub planes: usize,
-    /// Input height and width.
-    pub input: [usize; 2],
-    /// Output height and width.
-    pub output: [usize; 2],
-    /// Kernel height and width.
-    pub kernel: [usize; 2],
+    /// Input depth, height and width.
+    pub input: [usize; 3],
+    /// Output depth, height and width.
+    pub output: [usize; 3],
+    /// Kernel depth, height and width.
+    pub kernel: [usize; 3],
     /// Strides.
-    pub strides: [usize; 2],
+    pub strides: [usize; 3],
     /// Dilations.
-    pub dilations: [usize; 2],
-    /// Padding before (top, left).
-    pub pad: [usize; 2],
+    pub dilations: [usize; 3],
+    /// Padding before (front, top, left).
+    pub pad: [usize; 3],
 }
 
 impl Window {
-    /// Input rows or columns the window at output position `o` covers
-    /// along `axis`, as (first tap, last tap + 1), clipped to the input.
+    /// Taps of the window at output position `o` along `axis` that land
+    /// inside the input, as (first tap, last tap + 1).
     #[inline]
     pub fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
         let start = (o * self.strides[axis]) as isize - self.pad[axis] as isize;
@@ -189,8 +190,20 @@ impl Window {
         (lo, hi)
     }
 
-    fn input_at(&self, axis: usize, o: usize, tap: usize) -> usize {
+    /// Input coordinate of tap `tap` of output position `o` along `axis`
+    /// (only for taps inside the input).
+    pub fn input_at(&self, axis: usize, o: usize, tap: usize) -> usize {
         o * self.strides[axis] + tap * self.dilations[axis] - self.pad[axis]
+    }
+
+    /// Elements of one input plane.
+    pub fn input_plane(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// Elements of one output plane.
+    pub fn output_plane(&self) -> usize {
+        self.output.iter().product()
     }
 }
 
@@ -211,42 +224,49 @@ pub enum Pool {
 
 /// Pools every plane of `x` into `out`.
 pub fn pool(kind: Pool, w: &Window, x: Src<'_, f32>, out: &[Cell<f32>]) {
-    let [ih, iw] = w.input;
-    let [oh, ow] = w.output;
+    let [_, ih, iw] = w.input;
+    let [od, oh, ow] = w.output;
+    let full: usize = w.kernel.iter().product();
     for plane in 0..w.planes {
-        let xb = plane * ih * iw;
-        let ob = plane * oh * ow;
-        for oy in 0..oh {
-            let (ky0, ky1) = w.taps(0, oy);
-            for ox in 0..ow {
-                let (kx0, kx1) = w.taps(1, ox);
-                let mut acc = match kind {
-                    Pool::Max => f32::NEG_INFINITY,
-                    Pool::Sum { .. } => 0.0,
-                };
-                for ky in ky0..ky1 {
-                    let row = xb + w.input_at(0, oy, ky) * iw;
-                    for kx in kx0..kx1 {
-                        let v = x.at(row + w.input_at(1, ox, kx));
-                        acc = match kind {
-                            Pool::Max => acc.max(v),
-                            Pool::Sum { .. } => acc + v,
-                        };
-                    }
-                }
-                if let Pool::Sum {
-                    normalize: true,
-                    count_include_pad,
-                } = kind
-                {
-                    let count = if count_include_pad {
-                        w.kernel[0] * w.kernel[1]
-                    } else {
-                        (ky1 - ky0) * (kx1 - kx0)
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oz in 0..od {
+            let (kz0, kz1) = w.taps(0, oz);
+            for oy in 0..oh {
+                let (ky0, ky1) = w.taps(1, oy);
+                for ox in 0..ow {
+                    let (kx0, kx1) = w.taps(2, ox);
+                    let mut acc = match kind {
+                        Pool::Max => f32::NEG_INFINITY,
+                        Pool::Sum { .. } => 0.0,
                     };
-                    acc /= count.max(1) as f32;
+                    for kz in kz0..kz1 {
+                        let depth = xb + w.input_at(0, oz, kz) * ih * iw;
+                        for ky in ky0..ky1 {
+                            let row = depth + w.input_at(1, oy, ky) * iw;
+                            for kx in kx0..kx1 {
+                                let v = x.at(row + w.input_at(2, ox, kx));
+                                acc = match kind {
+                                    Pool::Max => acc.max(v),
+                                    Pool::Sum { .. } => acc + v,
+                                };
+                            }
+                        }
+                    }
+                    if let Pool::Sum {
+                        normalize: true,
+                        count_include_pad,
+                    } = kind
+                    {
+                        let count = if count_include_pad {
+                            full
+                        } else {
+                            (kz1 - kz0) * (ky1 - ky0) * (kx1 - kx0)
+                        };
+                        acc /= count.max(1) as f32;
+                    }
+                    out[ob + (oz * oh + oy) * ow + ox].set(acc);
                 }
-                out[ob + oy * ow + ox].set(acc);
             }
         }
     }
