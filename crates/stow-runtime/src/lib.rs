@@ -29,6 +29,7 @@ mod arena;
 pub mod fuzzing;
 pub mod kernels;
 mod lookup;
+mod pool;
 mod session;
 
 pub use arena::{Arena, ArenaError, MAX_ARENA_ALIGN};

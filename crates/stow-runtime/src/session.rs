@@ -6,8 +6,10 @@
 use crate::arena::{Arena, ArenaError};
 use crate::kernels::{self, Failure, Operand, Step, Views};
 use crate::lookup::{Element, LookupError, TensorKey};
+use crate::pool::Pool;
 use crate::Bundle;
 use std::cell::Cell;
+use std::sync::Mutex;
 use thiserror::Error;
 
 /// An operator the runtime cannot run, and why.
@@ -37,9 +39,12 @@ pub enum SessionError {
         /// Each operator and why.
         ops: Vec<UnsupportedOp>,
     },
-    /// A thread count the kernels do not support.
-    #[error("{0} threads asked for; the kernels run on one thread")]
-    Threads(usize),
+    /// Zero threads were asked for.
+    #[error("a session needs at least one thread")]
+    NoThreads,
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Spawn(#[source] std::io::Error),
     /// An input was given with the wrong size or type.
     #[error(transparent)]
     Lookup(#[from] LookupError),
@@ -79,6 +84,14 @@ pub enum RunError {
         /// The index.
         index: i64,
     },
+    /// A kernel panicked (setup rules this out; reported, not propagated).
+    #[error("step {step} `{name}`: a kernel panicked")]
+    Panicked {
+        /// The step.
+        step: usize,
+        /// The operator.
+        name: String,
+    },
     /// A tensor view did not fit (setup rules this out).
     #[error("step {step} `{name}`: tensor {tensor} does not fit the arena")]
     View {
@@ -91,12 +104,55 @@ pub enum RunError {
     },
 }
 
-/// A bundle ready to run: prepared kernels, the arena and the scratch.
+/// A bundle ready to run: prepared kernels, the arena, the scratch and
+/// the worker threads.
 pub struct Session<'b> {
     bundle: &'b Bundle,
     steps: Vec<Step<'b>>,
     arena: Arena,
+    /// One region of `scratch_per` floats per thread.
     scratch: Vec<f32>,
+    scratch_per: usize,
+    pool: Pool,
+}
+
+/// The arena or the scratch as raw parts, so that each thread of a
+/// parallel step can view it as cells.
+#[derive(Clone, Copy)]
+struct Shared<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: the pointer comes from a `&mut` borrow held for the whole run.
+// Threads of one step view it at the same time only through
+// `kernels::run_part`, whose shares write disjoint elements and read
+// nothing another share writes (see `kernels::splits`), so there is no
+// data race; `Cell` is only ever accessed from the thread that made the
+// view.
+#[allow(unsafe_code)]
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn new(slice: &mut [T]) -> Shared<T> {
+        Shared {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+        }
+    }
+
+    /// Elements `start..start + len` (clipped to the buffer) as cells.
+    fn cells(&self, start: usize, len: usize) -> &[Cell<T>] {
+        let start = start.min(self.len);
+        let len = len.min(self.len - start);
+        // SAFETY: in bounds of the buffer borrowed mutably for the run
+        // (clipped above); `Cell<T>` has `T`'s layout; see the `Sync`
+        // impl for why views on several threads do not race.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.add(start).cast::<Cell<T>>(), len)
+        }
+    }
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -116,10 +172,11 @@ impl<'b> Session<'b> {
         Session::with_threads(bundle, 1)
     }
 
-    /// [`Session::new`] with `threads` worker threads for the kernels.
+    /// [`Session::new`] with `threads` threads for the kernels (the
+    /// caller's and `threads − 1` workers, started here).
     pub fn with_threads(bundle: &'b Bundle, threads: usize) -> Result<Session<'b>, SessionError> {
-        if threads != 1 {
-            return Err(SessionError::Threads(threads));
+        if threads == 0 {
+            return Err(SessionError::NoThreads);
         }
         let contents = bundle.contents();
         let mut steps = Vec::with_capacity(contents.ops.len());
@@ -163,12 +220,15 @@ impl<'b> Session<'b> {
                 ops: unsupported,
             });
         }
-        let scratch = vec![0f32; steps.iter().map(|s| s.scratch).max().unwrap_or(0)];
+        let scratch_per = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
+        let scratch = vec![0f32; scratch_per * threads];
         Ok(Session {
             bundle,
             steps,
             arena: Arena::new(bundle)?,
             scratch,
+            scratch_per,
+            pool: Pool::new(threads).map_err(SessionError::Spawn)?,
         })
     }
 
@@ -227,29 +287,65 @@ impl<'b> Session<'b> {
         self.arena.tensor(self.bundle, key)
     }
 
+    /// Threads the kernels use.
+    pub fn threads(&self) -> usize {
+        self.pool.parts()
+    }
+
     /// Runs every step in order. Allocates nothing.
     pub fn run(&mut self) -> Result<(), RunError> {
         let contents = self.bundle.contents();
-        let arena = Cell::from_mut(self.arena.bytes_mut()).as_slice_of_cells();
-        let views = Views { arena };
-        let scratch_cells = Cell::from_mut(self.scratch.as_mut_slice()).as_slice_of_cells();
+        let parts = self.pool.parts();
+        let per = self.scratch_per;
+        let arena = Shared::new(self.arena.bytes_mut());
+        let scratch = Shared::new(self.scratch.as_mut_slice());
         for (i, step) in self.steps.iter().enumerate() {
-            let scratch = &scratch_cells[..step.scratch];
-            kernels::run(step, &views, scratch).map_err(|f| {
-                let name = contents.ops[i].name.clone();
-                match f {
-                    Failure::View(tensor) => RunError::View {
-                        step: i,
-                        name,
-                        tensor,
-                    },
-                    Failure::Index(index) => RunError::Index {
-                        step: i,
-                        name,
-                        index,
-                    },
+            let failure: Mutex<Option<Failure>> = Mutex::new(None);
+            let share = |part: usize| {
+                let views = Views {
+                    arena: arena.cells(0, arena.len),
+                };
+                let scratch = scratch.cells(part * per, step.scratch);
+                if let Err(f) = kernels::run_part(step, &views, scratch, part, parts) {
+                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
                 }
-            })?;
+            };
+            let finished = if parts > 1 && kernels::splits(&step.kernel) {
+                self.pool.run(&share)
+            } else {
+                let views = Views {
+                    arena: arena.cells(0, arena.len),
+                };
+                let scratch = scratch.cells(0, step.scratch);
+                if let Err(f) = kernels::run(step, &views, scratch) {
+                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+                }
+                true
+            };
+            let name = || contents.ops[i].name.clone();
+            if !finished {
+                return Err(RunError::Panicked {
+                    step: i,
+                    name: name(),
+                });
+            }
+            match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                None => {}
+                Some(Failure::View(tensor)) => {
+                    return Err(RunError::View {
+                        step: i,
+                        name: name(),
+                        tensor,
+                    })
+                }
+                Some(Failure::Index(index)) => {
+                    return Err(RunError::Index {
+                        step: i,
+                        name: name(),
+                        index,
+                    })
+                }
+            }
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! After setup, `Session::run` allocates nothing: a counting global
-//! allocator watches a run of every testdata model. This file holds one
+//! After setup, `Session::run` allocates nothing, on one thread or with
+//! workers: a counting global allocator (which sees every thread) watches
+//! runs of every testdata model. This file holds one
 //! test so that no other test thread allocates while it counts.
 
 mod common;
@@ -60,17 +61,22 @@ fn a_run_allocates_nothing() {
     ] {
         let path = common::compile(&stow, model, dir.path());
         let bundle = Bundle::open(&path).unwrap();
-        let mut session = Session::new(&bundle).unwrap();
-        let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
-        for id in ids {
-            for (i, b) in session.input_bytes_mut(&id).unwrap().iter_mut().enumerate() {
-                // Small f32 values in every input (any bytes are valid).
-                *b = if i % 4 == 3 { 0x3e } else { (i * 37) as u8 };
+        for threads in [1, 2] {
+            let mut session = Session::with_threads(&bundle, threads).unwrap();
+            let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
+            for id in ids {
+                for (i, b) in session.input_bytes_mut(&id).unwrap().iter_mut().enumerate() {
+                    // Small f32 values in every input (any bytes are valid).
+                    *b = if i % 4 == 3 { 0x3e } else { (i * 37) as u8 };
+                }
             }
+            let n = allocations_during(|| session.run().unwrap());
+            assert_eq!(
+                n, 0,
+                "{model}, {threads} threads: {n} allocations during a run"
+            );
+            let n = allocations_during(|| session.run().unwrap());
+            assert_eq!(n, 0, "{model}: {n} allocations during a second run");
         }
-        let n = allocations_during(|| session.run().unwrap());
-        assert_eq!(n, 0, "{model}: {n} allocations during a run");
-        let n = allocations_during(|| session.run().unwrap());
-        assert_eq!(n, 0, "{model}: {n} allocations during a second run");
     }
 }

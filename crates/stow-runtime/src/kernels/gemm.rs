@@ -30,6 +30,16 @@ fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
+/// Columns of C thread `part` of `parts` computes: consecutive ranges of
+/// whole `NR`-column panels.
+pub fn share(n: usize, part: usize, parts: usize) -> std::ops::Range<usize> {
+    let panels = n.div_ceil(NR);
+    let per = panels.div_ceil(parts.max(1));
+    let start = (part * per * NR).min(n);
+    let end = ((part + 1) * per * NR).min(n);
+    start..end
+}
+
 /// Floats of scratch a product of `m × k` by `k × n` needs: one packed
 /// block of A followed by one of B.
 pub fn scratch_elems(m: usize, n: usize, k: usize) -> usize {
@@ -154,15 +164,33 @@ pub fn gemm(
     c: &Dst<'_>,
     scratch: &[Cell<f32>],
 ) {
-    if m == 0 || n == 0 || k == 0 {
+    gemm_cols(m, n, k, a, b, c, scratch, 0..n)
+}
+
+/// [`gemm`] restricted to the columns `cols` of C (a thread's share):
+/// only those columns are read or written, and `scratch` needs
+/// [`scratch_elems`]`(m, cols.len(), k)` floats.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_cols(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &impl PackA,
+    b: &impl PackB,
+    c: &Dst<'_>,
+    scratch: &[Cell<f32>],
+    cols: std::ops::Range<usize>,
+) {
+    let end = cols.end.min(n);
+    if m == 0 || k == 0 || cols.start >= end {
         return;
     }
     let kc_max = k.min(KC);
     let a_len = round_up(m.min(MC), MR) * kc_max;
     let (apack, bpack) = scratch.split_at(a_len);
     let fma = fma_available();
-    for j0 in (0..n).step_by(NC) {
-        let nc = NC.min(n - j0);
+    for j0 in (cols.start..end).step_by(NC) {
+        let nc = NC.min(end - j0);
         for p0 in (0..k).step_by(KC) {
             let kc = KC.min(k - p0);
             b.pack(p0, kc, j0, nc, bpack);

@@ -106,8 +106,14 @@ impl<L: Load<f32>> PackB for Im2col<L> {
     }
 }
 
-/// Writes each output channel's bias (or zero) over its plane.
-pub(crate) fn fill_bias(s: &ConvShape, bias: Option<Src<'_, f32>>, out: &[Cell<f32>]) {
+/// Writes each output channel's bias (or zero) over columns `cols` of
+/// its plane.
+pub(crate) fn fill_bias(
+    s: &ConvShape,
+    bias: Option<Src<'_, f32>>,
+    out: &[Cell<f32>],
+    cols: std::ops::Range<usize>,
+) {
     let channels = s.groups * s.out_per_group;
     let n = s.n();
     for (i, plane) in out.chunks_exact(n.max(1)).enumerate() {
@@ -116,11 +122,13 @@ pub(crate) fn fill_bias(s: &ConvShape, bias: Option<Src<'_, f32>>, out: &[Cell<f
             Some(b) => b.at(i % channels),
             None => 0.0,
         };
-        plane.iter().for_each(|c| c.set(b));
+        plane[cols.clone()].iter().for_each(|c| c.set(b));
     }
 }
 
-/// Convolution of `x` (N·C·H·W) with `weight` (O·I/g·KH·KW) plus `bias`.
+/// Convolution of `x` (N·C·H·W) with `weight` (O·I/g·KH·KW) plus `bias`:
+/// the share `part` of `parts` (output columns; planes for depthwise).
+#[allow(clippy::too_many_arguments)]
 pub fn conv(
     s: &ConvShape,
     x: Src<'_, f32>,
@@ -128,13 +136,34 @@ pub fn conv(
     bias: Option<Src<'_, f32>>,
     out: &[Cell<f32>],
     scratch: &[Cell<f32>],
+    part: usize,
+    parts: usize,
 ) {
-    fill_bias(s, bias, out);
     if s.depthwise() {
+        let planes = s.batch * s.groups;
+        let per = planes.div_ceil(parts.max(1));
+        let (p0, p1) = ((part * per).min(planes), ((part + 1) * per).min(planes));
+        let plane = s.window.output_plane();
+        let mine = &out[p0 * plane..p1 * plane];
+        // Bias of the planes in this share: plane i is channel i % groups.
+        for (i, row) in mine.chunks_exact(plane.max(1)).enumerate() {
+            let b = match bias {
+                Some(b) if b.len() == 1 => b.at(0),
+                Some(b) => b.at((p0 + i) % s.groups),
+                None => 0.0,
+            };
+            row.iter().for_each(|c| c.set(b));
+        }
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| depthwise(
-            s, x, w, out
+            s,
+            x,
+            w,
+            out,
+            p0..p1
         )));
     }
+    let cols = gemm::share(s.n(), part, parts);
+    fill_bias(s, bias, out, cols.clone());
     let w = &s.window;
     let (m, n, k) = (s.out_per_group, s.n(), s.k());
     let plane_in = w.input_plane();
@@ -167,14 +196,14 @@ pub fn conv(
                             rows: k,
                             cols: n,
                         };
-                        gemm::gemm(m, n, k, &a, &b, &dst, scratch)
+                        gemm::gemm_cols(m, n, k, &a, &b, &dst, scratch, cols.clone())
                     } else {
                         let b = Im2col {
                             data: xs,
                             base: in_base,
                             s: *s,
                         };
-                        gemm::gemm(m, n, k, &a, &b, &dst, scratch)
+                        gemm::gemm_cols(m, n, k, &a, &b, &dst, scratch, cols.clone())
                     }
                 })
             })
@@ -182,13 +211,18 @@ pub fn conv(
     }
 }
 
-fn depthwise(s: &ConvShape, x: impl Load<f32>, weight: impl Load<f32>, out: &[Cell<f32>]) {
+fn depthwise(
+    s: &ConvShape,
+    x: impl Load<f32>,
+    weight: impl Load<f32>,
+    out: &[Cell<f32>],
+    planes: std::ops::Range<usize>,
+) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
     let [od, oh, ow] = w.output;
     let [kd, kh, kw] = w.kernel;
-    let planes = s.batch * s.groups;
-    for plane in 0..planes {
+    for plane in planes {
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
         let ob = plane * w.output_plane();
@@ -257,7 +291,7 @@ pub fn deconv(
     bias: Option<Src<'_, f32>>,
     out: &[Cell<f32>],
 ) {
-    fill_bias(s, bias, out);
+    fill_bias(s, bias, out, 0..s.n());
     let w = &s.window;
     let [id, ih, iw] = w.input;
     let [od, oh, ow] = w.output;

@@ -1107,10 +1107,32 @@ fn binary_run(
     Ok(())
 }
 
+/// True for kernels that split their work between threads
+/// ([`run_part`]); the others run whole on one thread.
+pub fn splits(k: &Kernel) -> bool {
+    matches!(k, Kernel::Conv(_) | Kernel::MatMul(_))
+}
+
 /// Runs one prepared step over the arena views, with `scratch` (at least
 /// `step.scratch` floats).
 pub fn run(step: &Step<'_>, v: &Views<'_>, scratch: &[Cell<f32>]) -> Result<(), Failure> {
+    run_part(step, v, scratch, 0, 1)
+}
+
+/// Runs share `part` of `parts` of a step that [`splits`] (shares write
+/// disjoint parts of the output and read nothing another share writes);
+/// any other step runs whole as part 0.
+pub fn run_part(
+    step: &Step<'_>,
+    v: &Views<'_>,
+    scratch: &[Cell<f32>],
+    part: usize,
+    parts: usize,
+) -> Result<(), Failure> {
     let (ins, outs) = (&step.inputs, &step.outputs);
+    if !splits(&step.kernel) && part != 0 {
+        return Ok(());
+    }
     match &step.kernel {
         Kernel::Nothing => {}
         Kernel::Unary(f) => elementwise::unary(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
@@ -1184,6 +1206,8 @@ pub fn run(step: &Step<'_>, v: &Views<'_>, scratch: &[Cell<f32>]) -> Result<(), 
                 bias,
                 v.dst(&outs[0])?,
                 scratch,
+                part,
+                parts,
             )
         }
         Kernel::Deconv(s) => {
@@ -1229,6 +1253,8 @@ pub fn run(step: &Step<'_>, v: &Views<'_>, scratch: &[Cell<f32>]) -> Result<(), 
             v.src(&ins[1])?,
             v.dst(&outs[0])?,
             scratch,
+            part,
+            parts,
         ),
     }
     Ok(())
@@ -1248,9 +1274,17 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
     Ok(())
 }
 
-fn matmul(mm: &MatMul, a: Src<'_, f32>, b: Src<'_, f32>, c: &[Cell<f32>], scratch: &[Cell<f32>]) {
-    c.iter().for_each(|x| x.set(0.0));
+fn matmul(
+    mm: &MatMul,
+    a: Src<'_, f32>,
+    b: Src<'_, f32>,
+    c: &[Cell<f32>],
+    scratch: &[Cell<f32>],
+    part: usize,
+    parts: usize,
+) {
     let [m, n, k] = mm.mnk;
+    let cols = gemm::share(n, part, parts);
     let (len, [sc, sa, sb]) = mm.batch.inner();
     mm.batch.rows([0, 0, 0], |[oc, oa, ob]| {
         for j in 0..len {
@@ -1260,6 +1294,11 @@ fn matmul(mm: &MatMul, a: Src<'_, f32>, b: Src<'_, f32>, c: &[Cell<f32>], scratc
                 rs: mm.c[0],
                 cs: mm.c[1],
             };
+            for i in 0..m {
+                for col in cols.clone() {
+                    c[dst.offset + i * dst.rs + col * dst.cs].set(0.0);
+                }
+            }
             crate::with_load!(a, |a| crate::with_load!(b, |b| {
                 let pa = gemm::Strided {
                     data: a,
@@ -1277,7 +1316,7 @@ fn matmul(mm: &MatMul, a: Src<'_, f32>, b: Src<'_, f32>, c: &[Cell<f32>], scratc
                     rows: k,
                     cols: n,
                 };
-                gemm::gemm(m, n, k, &pa, &pb, &dst, scratch)
+                gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone())
             }))
         }
     });

@@ -1,0 +1,160 @@
+//! The session's worker threads: started once at setup, handed one job
+//! per parallel step, and joined when the session is dropped. Handing out
+//! a job locks a mutex and wakes a condition variable: nothing is
+//! allocated per job, so a run stays allocation-free with threads too.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+/// A job: called once per share index (`'static` only in name: see
+/// [`Pool::run`]).
+type Job = dyn Fn(usize) + Sync + 'static;
+
+/// The job's address, lifetime erased (see [`Pool::run`] for why it stays
+/// valid while workers use it).
+#[derive(Clone, Copy)]
+struct JobPtr(*const Job);
+
+// SAFETY: the pointer is only dereferenced by workers while `Pool::run`,
+// which owns the borrow it came from, waits for them; the job is `Sync`,
+// so calling it from several threads at once is allowed.
+#[allow(unsafe_code)]
+unsafe impl Send for JobPtr {}
+
+struct State {
+    generation: u64,
+    job: Option<JobPtr>,
+    pending: usize,
+    panicked: bool,
+    shutdown: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    start: Condvar,
+    done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A worker never panics while holding the lock (jobs run outside
+        // it), so a poisoned lock still holds consistent state.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `threads − 1` workers; the calling thread takes share 0.
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// Starts `threads − 1` workers.
+    pub(crate) fn new(threads: usize) -> std::io::Result<Pool> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                generation: 0,
+                job: None,
+                pending: 0,
+                panicked: false,
+                shutdown: false,
+            }),
+            start: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let mut pool = Pool {
+            shared,
+            workers: Vec::new(),
+        };
+        for share in 1..threads.max(1) {
+            let shared = pool.shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("stow-worker-{share}"))
+                .spawn(move || work(&shared, share))?;
+            pool.workers.push(handle);
+        }
+        // One empty job: returns once every worker runs, so what a thread
+        // allocates as it starts is done before the first real run.
+        pool.run(&|_| {});
+        Ok(pool)
+    }
+
+    /// Shares a job is split into (workers + the caller).
+    pub(crate) fn parts(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Calls `job(i)` for every share `i` in `0..parts()`, share 0 on this
+    /// thread, and returns when all have finished. False when a share
+    /// panicked.
+    pub(crate) fn run(&self, job: &(dyn Fn(usize) + Sync + '_)) -> bool {
+        if self.workers.is_empty() {
+            return catch_unwind(AssertUnwindSafe(|| job(0))).is_ok();
+        }
+        // SAFETY: only the lifetime is erased. Workers dereference the
+        // pointer between being woken below and decrementing `pending`;
+        // this function does not return before `pending` is 0 (even when
+        // share 0 panics, which is caught), so `job` outlives every use.
+        #[allow(unsafe_code)]
+        let ptr = JobPtr(unsafe {
+            std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Job>(job)
+        });
+        {
+            let mut s = self.shared.lock();
+            s.job = Some(ptr);
+            s.pending = self.workers.len();
+            s.panicked = false;
+            s.generation += 1;
+        }
+        self.shared.start.notify_all();
+        let mine = catch_unwind(AssertUnwindSafe(|| job(0))).is_ok();
+        let mut s = self.shared.lock();
+        while s.pending > 0 {
+            s = self.shared.done.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.job = None;
+        mine && !s.panicked
+    }
+}
+
+fn work(shared: &Shared, share: usize) {
+    let mut seen = 0;
+    loop {
+        let job = {
+            let mut s = shared.lock();
+            while s.generation == seen && !s.shutdown {
+                s = shared.start.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            if s.shutdown {
+                return;
+            }
+            seen = s.generation;
+            s.job
+        };
+        let ok = match job {
+            // SAFETY: see `Pool::run`: the job is alive until `pending`
+            // reaches 0, which happens only after this call.
+            #[allow(unsafe_code)]
+            Some(JobPtr(f)) => catch_unwind(AssertUnwindSafe(|| unsafe { (*f)(share) })).is_ok(),
+            None => true,
+        };
+        let mut s = shared.lock();
+        s.panicked |= !ok;
+        s.pending -= 1;
+        if s.pending == 0 {
+            shared.done.notify_one();
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.start.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Splitting kernels between threads changes nothing in the results: each
+//! output element is computed by one thread in the same order, so runs
+//! with 1, 2 and 3 threads give the same bytes.
+
+mod common;
+
+use stow_runtime::{Bundle, Session, SessionError};
+
+fn outputs(bundle: &Bundle, threads: usize) -> Vec<Vec<u8>> {
+    let mut session = Session::with_threads(bundle, threads).unwrap();
+    assert_eq!(session.threads(), threads);
+    let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
+    for id in ids {
+        for (i, b) in session.input_bytes_mut(&id).unwrap().iter_mut().enumerate() {
+            *b = if i % 4 == 3 { 0x3d } else { (i * 91 + 7) as u8 };
+        }
+    }
+    session.run().unwrap();
+    bundle
+        .outputs()
+        .map(|t| {
+            session
+                .arena()
+                .tensor_bytes(bundle, &t.id)
+                .unwrap()
+                .to_vec()
+        })
+        .collect()
+}
+
+#[test]
+fn thread_counts_give_identical_outputs() {
+    let Some(stow) = common::stow_bin("thread_counts_give_identical_outputs") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for model in [
+        "mlp",
+        "residual_cnn",
+        "mobilenet_block",
+        "transformer_block",
+    ] {
+        let path = common::compile(&stow, model, dir.path());
+        let bundle = Bundle::open(&path).unwrap();
+        let one = outputs(&bundle, 1);
+        assert!(
+            one.iter().any(|o| o.iter().any(|&b| b != 0)),
+            "{model}: all zero"
+        );
+        for threads in [2, 3] {
+            assert_eq!(outputs(&bundle, threads), one, "{model}, {threads} threads");
+        }
+    }
+}
+
+#[test]
+fn zero_threads_is_refused() {
+    let Some(stow) = common::stow_bin("zero_threads_is_refused") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::compile(&stow, "mlp", dir.path());
+    let bundle = Bundle::open(&path).unwrap();
+    assert!(matches!(
+        Session::with_threads(&bundle, 0),
+        Err(SessionError::NoThreads)
+    ));
+}
