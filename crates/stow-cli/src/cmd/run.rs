@@ -29,7 +29,9 @@ pub struct Args {
     /// Worker threads for the kernels.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Run this many times and report the median and fastest latency.
+    /// Run this many times and report the median and fastest latency
+    /// (above 1, after one untimed warm-up run that faults in the arena
+    /// and the weight pages).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// Also run the ONNX model the bundle was compiled from with tract on
@@ -200,7 +202,8 @@ pub fn run(args: Args) -> Result<()> {
     let inputs = read_inputs(&bundle, &args)?;
     let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
     let mut times = Vec::with_capacity(args.repeat);
-    for _ in 0..args.repeat {
+    let warmup = usize::from(args.repeat > 1);
+    for round in 0..warmup + args.repeat {
         // An in-place op may overwrite a graph input (`--reuse-inputs`):
         // write the inputs before every run.
         for (&id, t) in ids.iter().zip(&inputs) {
@@ -208,7 +211,9 @@ pub fn run(args: Args) -> Result<()> {
         }
         let started = Instant::now();
         session.run()?;
-        times.push(started.elapsed());
+        if round >= warmup {
+            times.push(started.elapsed());
+        }
     }
     let outs = outputs(&session)?;
     let mut report = String::new();

@@ -250,6 +250,7 @@ fn depthwise(
 
 /// Adds `wv ×` the input row, read at tap `kx` of every output column,
 /// to the output row.
+#[inline(always)]
 fn tap_row(
     w: &super::nn::Window,
     row_out: &[Cell<f32>],
