@@ -24,6 +24,8 @@ def main():
     parser.add_argument("--stow", default="target/release/stow")
     parser.add_argument("--models", default=os.environ.get("STOW_MODELS_DIR", os.path.expanduser("~/.cache/stowage/models")))
     parser.add_argument("--strategy", default=None, help="passed to stow compile")
+    parser.add_argument("--threads", default="0",
+                        help="stow compile --threads: kernel scratch planned for N threads (default 0: the model's tensors only, as recorded in BENCHMARKS.md)")
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--reuse-table", action="store_true",
                         help="instead: arena with all reuse, without in-place, without views, lifetimes only")
@@ -39,7 +41,7 @@ def main():
         for model in models:
             name = os.path.basename(model)[:-5]
             bundle = os.path.join(tmp, name + ".stow")
-            cmd = [args.stow, "compile", model, "-o", bundle] + (["--strategy", args.strategy] if args.strategy else [])
+            cmd = [args.stow, "compile", model, "-o", bundle, "--threads", args.threads] + (["--strategy", args.strategy] if args.strategy else [])
             started = time.time()
             subprocess.run(cmd, check=True, capture_output=True)
             compile_s = time.time() - started
@@ -65,13 +67,13 @@ def reuse_table(args, models):
             bundle = os.path.join(tmp, "m.stow")
             arenas = []
             for _, flags in configs:
-                subprocess.run([args.stow, "compile", model, "-o", bundle] + flags, check=True, capture_output=True)
+                subprocess.run([args.stow, "compile", model, "-o", bundle, "--threads", args.threads] + flags, check=True, capture_output=True)
                 j = json.loads(subprocess.run([args.stow, "inspect", "--json", bundle], check=True, capture_output=True).stdout)
                 arenas.append(j["arena_bytes"])
             saved = 1 - arenas[0] / arenas[4]
             name = os.path.basename(model)[:-5]
             # Lower bound under each execution order tried (default flags).
-            out = subprocess.run([args.stow, "compile", model, "-o", bundle], check=True,
+            out = subprocess.run([args.stow, "compile", model, "-o", bundle, "--threads", args.threads], check=True,
                                  capture_output=True, text=True).stdout
             orders = next((l.split("bounds:")[1] for l in out.splitlines() if "bounds:" in l), "")
             orders = re.sub(r" B \([^)]*\)", "", orders).strip(" )")

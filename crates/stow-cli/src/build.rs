@@ -1,6 +1,6 @@
 //! Turning a planned model into bundle contents.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use stow_bundle::{
     AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,
 };
@@ -49,6 +49,46 @@ fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
         stow_onnx::Attr::Float(v) => AttrValue::Float(*v),
         stow_onnx::Attr::Text(v) => AttrValue::Text(v.clone()),
     }
+}
+
+/// Plans kernel scratch (packing buffers of convolutions and matrix
+/// products) for `threads` threads into the arena: asks the runtime how
+/// many floats each step's kernel needs and adds a scratch tensor for
+/// every step that needs some.
+pub fn plan_scratch(graph: &mut ModelGraph, threads: u32) -> Result<()> {
+    for step in 0..graph.ops.len() {
+        let op = &graph.ops[step];
+        let bundle_op = Op {
+            name: op.name.clone(),
+            op_type: op.op_type.clone(),
+            attributes: op
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), attr_value(v)))
+                .collect(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let shape = |ids: &[usize]| -> Result<Vec<(DType, Vec<u64>)>> {
+            ids.iter()
+                .map(|&t| {
+                    let t = &graph.tensors[t];
+                    Ok((dtype_of(t.dtype)?, t.shape.clone()))
+                })
+                .collect()
+        };
+        let floats = stow_runtime::kernels::scratch_floats(
+            &bundle_op,
+            &shape(&op.inputs)?,
+            &shape(&op.outputs)?,
+        );
+        if floats > 0 {
+            graph
+                .add_scratch(step, floats as u64, threads)
+                .with_context(|| format!("scratch of step {step} is too large"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Bundle contents and per-tensor weight bytes (empty for arena tensors).
@@ -112,7 +152,14 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u
                 .map(|(k, v)| (k.clone(), attr_value(v)))
                 .collect(),
             inputs: op.inputs.iter().map(|&i| i as u32).collect(),
-            outputs: op.outputs.iter().map(|&i| i as u32).collect(),
+            // A planned scratch tensor follows the outputs (the
+            // `stow.scratch` attribute says it is there).
+            outputs: op
+                .outputs
+                .iter()
+                .chain(&op.scratch)
+                .map(|&i| i as u32)
+                .collect(),
         })
         .collect();
     let contents = Contents {

@@ -57,7 +57,7 @@ fn bundle_records_match_plan_and_weights_match_model() {
         } else {
             vec![("N".to_string(), 2)]
         };
-        let graph = load(
+        let mut graph = load(
             &model,
             &LoadOptions {
                 inputs: vec![],
@@ -66,6 +66,8 @@ fn bundle_records_match_plan_and_weights_match_model() {
             },
         )
         .unwrap();
+        // What `stow compile` plans by default: kernel scratch for 1 thread.
+        stow_cli::build::plan_scratch(&mut graph, 1).unwrap();
         let (problem, buffer_of) = graph.problem(64);
         let expected = plan(
             &problem,

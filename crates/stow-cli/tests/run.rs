@@ -16,8 +16,10 @@ fn run(bundle: &Path, extra: &[&str]) -> std::process::Output {
 #[test]
 fn every_testdata_model_matches_tract_under_every_reuse_setting() {
     let dir = tempfile::tempdir().unwrap();
-    let variants: [&[&str]; 4] = [
+    let variants: [&[&str]; 6] = [
         &[],
+        &["--threads", "2"],
+        &["--threads", "0"],
         &[
             "--strategy",
             "naive",
@@ -39,8 +41,11 @@ fn every_testdata_model_matches_tract_under_every_reuse_setting() {
                 &extra.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             );
             let model_arg = model.display().to_string();
-            for seed in ["0", "7"] {
-                let o = run(&out, &["--check", &model_arg, "--seed", seed]);
+            for (seed, threads) in [("0", "1"), ("7", "2")] {
+                let o = run(
+                    &out,
+                    &["--check", &model_arg, "--seed", seed, "--threads", threads],
+                );
                 assert!(
                     o.status.success(),
                     "{} {flags:?} seed {seed}: {}{}",

@@ -32,7 +32,7 @@ impl Usage {
         let mut producer = vec![None; n];
         let mut readers: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (step, op) in graph.ops.iter().enumerate() {
-            for &t in &op.outputs {
+            for &t in op.outputs.iter().chain(&op.scratch) {
                 producer[t] = Some(step);
             }
             for &t in &op.inputs {

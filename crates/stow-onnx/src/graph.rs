@@ -68,6 +68,9 @@ pub struct OpInfo {
     pub inputs: Vec<usize>,
     /// Tensor ids written, in output order.
     pub outputs: Vec<usize>,
+    /// The kernel scratch tensor planned for this step
+    /// ([`ModelGraph::add_scratch`]), if any.
+    pub scratch: Option<usize>,
     /// tract node id.
     pub node: usize,
 }
@@ -112,6 +115,35 @@ impl ModelGraph {
     /// The step that writes `tensor`, or `None` for inputs and weights.
     pub fn producer_step(&self, tensor: usize) -> Option<usize> {
         self.ops.iter().position(|op| op.outputs.contains(&tensor))
+    }
+
+    /// Adds scratch space for step `step`'s kernel: `floats` f32 values
+    /// for each of `threads` threads, as an activation that the step
+    /// writes and nothing reads, so the planner gives it bytes for that
+    /// step only, shared with tensors dead by then. The step's attribute
+    /// `stow.scratch` records the thread count. Returns the tensor id.
+    pub fn add_scratch(&mut self, step: usize, floats: u64, threads: u32) -> Option<usize> {
+        let op = self.ops.get(step)?;
+        let count = floats.checked_mul(threads as u64)?;
+        let id = self.tensors.len();
+        self.tensors.push(TensorInfo {
+            name: format!("{}.scratch", op.name),
+            role: TensorRole::Activation,
+            dtype: "f32",
+            shape: vec![count],
+            bytes: count.checked_mul(4)?,
+            first_step: step as u32,
+            last_step: step as u32,
+            outlet: (op.node, usize::MAX),
+            alias: None,
+        });
+        self.weights.push(None);
+        let op = &mut self.ops[step];
+        op.scratch = Some(id);
+        op.attributes
+            .push(("stow.scratch".into(), Attr::Int(threads as i64)));
+        op.attributes.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(id)
     }
 
     /// The decluttered tract model the graph was read from.
@@ -458,6 +490,7 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
             attributes: attributes(node.op.as_ref()),
             inputs,
             outputs,
+            scratch: None,
             node: node_id,
         });
     }

@@ -4,7 +4,7 @@
 //! mapping.
 
 use crate::arena::{Arena, ArenaError};
-use crate::kernels::{self, Failure, Operand, Step, Views};
+use crate::kernels::{self, cells::typed, Failure, Operand, Step, Views};
 use crate::lookup::{Element, LookupError, TensorKey};
 use crate::pool::Pool;
 use crate::Bundle;
@@ -58,6 +58,27 @@ pub enum SessionError {
         /// Elements given.
         got: usize,
     },
+}
+
+/// Checks the scratch tensor the compiler planned for a step: f32, in the
+/// arena, room for `threads` shares of `floats`. Returns its byte offset
+/// and the thread count.
+fn planned_scratch(
+    t: &Operand<'_>,
+    floats: usize,
+    threads: usize,
+) -> Result<(usize, usize), String> {
+    let kernels::Loc::Arena(offset) = t.loc else {
+        return Err("the scratch tensor is not in the arena".into());
+    };
+    if t.dtype != stow_bundle::DType::F32 || t.len < floats.saturating_mul(threads) {
+        return Err(format!(
+            "the planned scratch ({} {} values) is smaller than {threads} x {floats} f32",
+            t.len,
+            t.dtype.name()
+        ));
+    }
+    Ok((offset, threads))
 }
 
 fn list(ops: &[UnsupportedOp]) -> String {
@@ -189,19 +210,33 @@ impl<'b> Session<'b> {
                     .collect()
             };
             let prepared = operands(&op.inputs).and_then(|inputs| {
-                let outputs = operands(&op.outputs)?;
+                let mut outputs = operands(&op.outputs)?;
                 if let Some(o) = outputs
                     .iter()
                     .find(|o| matches!(o.loc, kernels::Loc::Weight(_)))
                 {
                     return Err(format!("output tensor {} is a weight", o.id));
                 }
+                let planned_threads = kernels::planned_scratch_threads(op);
+                let planned = match planned_threads {
+                    0 => None,
+                    _ => Some(
+                        outputs
+                            .pop()
+                            .ok_or("a scratch tensor is announced but missing")?,
+                    ),
+                };
                 let (kernel, scratch) = kernels::prepare(op, &inputs, &outputs)?;
+                let planned = match planned {
+                    Some(t) => Some(planned_scratch(&t, scratch, planned_threads)?),
+                    None => None,
+                };
                 Ok(Step {
                     kernel,
                     inputs,
                     outputs,
                     scratch,
+                    planned,
                 })
             });
             match prepared {
@@ -220,7 +255,14 @@ impl<'b> Session<'b> {
                 ops: unsupported,
             });
         }
-        let scratch_per = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
+        // Scratch the bundle did not plan into the arena (for more threads
+        // than it was compiled for, or none): allocated here, once.
+        let scratch_per = steps
+            .iter()
+            .filter(|s| s.planned.is_none_or(|(_, t)| t < threads))
+            .map(|s| s.scratch)
+            .max()
+            .unwrap_or(0);
         let scratch = vec![0f32; scratch_per * threads];
         Ok(Session {
             bundle,
@@ -305,7 +347,18 @@ impl<'b> Session<'b> {
                 let views = Views {
                     arena: arena.cells(0, arena.len),
                 };
-                let scratch = scratch.cells(part * per, step.scratch);
+                let scratch = match step.planned {
+                    Some((offset, threads)) if part < threads => {
+                        let at = offset + part * step.scratch * 4;
+                        typed::<f32>(views.arena, at, step.scratch).unwrap_or(&[])
+                    }
+                    _ => scratch.cells(part * per, step.scratch),
+                };
+                if scratch.len() < step.scratch {
+                    let id = step.outputs.first().map_or(0, |o| o.id);
+                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::View(id));
+                    return;
+                }
                 if let Err(f) = kernels::run_part(step, &views, scratch, part, parts) {
                     *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
                 }
@@ -313,13 +366,7 @@ impl<'b> Session<'b> {
             let finished = if parts > 1 && kernels::splits(&step.kernel) {
                 self.pool.run(&share)
             } else {
-                let views = Views {
-                    arena: arena.cells(0, arena.len),
-                };
-                let scratch = scratch.cells(0, step.scratch);
-                if let Err(f) = kernels::run(step, &views, scratch) {
-                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
-                }
+                share(0);
                 true
             };
             let name = || contents.ops[i].name.clone();

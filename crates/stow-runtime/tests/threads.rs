@@ -66,3 +66,47 @@ fn zero_threads_is_refused() {
         Err(SessionError::NoThreads)
     ));
 }
+
+#[test]
+fn scratch_is_planned_in_the_arena_for_the_threads_compiled_for() {
+    let Some(stow) = common::stow_bin("scratch_is_planned_in_the_arena") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // (compile --threads, run threads, private scratch expected)
+    for (planned, threads, private) in [
+        ("1", 1, false),
+        ("1", 2, true),
+        ("2", 2, false),
+        ("2", 1, false),
+        ("0", 1, true),
+    ] {
+        let path = common::compile_with(&stow, "residual_cnn", dir.path(), &["--threads", planned]);
+        let bundle = Bundle::open(&path).unwrap();
+        let scratch: Vec<_> = bundle
+            .contents()
+            .tensors
+            .iter()
+            .filter(|t| t.name.ends_with(".scratch"))
+            .collect();
+        assert_eq!(scratch.is_empty(), planned == "0", "--threads {planned}");
+        for t in &scratch {
+            // Written and used by one step only.
+            assert_eq!(t.first_step, t.last_step, "{}", t.name);
+        }
+        let session = Session::with_threads(&bundle, threads).unwrap();
+        assert_eq!(
+            session.scratch_floats() > 0,
+            private,
+            "--threads {planned}, run with {threads}"
+        );
+        let same = outputs(&bundle, threads);
+        let reference = {
+            let plain =
+                common::compile_with(&stow, "residual_cnn", dir.path(), &["--threads", "0"]);
+            let plain = Bundle::open(&plain).unwrap();
+            outputs(&plain, 1)
+        };
+        assert_eq!(same, reference, "--threads {planned}, run with {threads}");
+    }
+}

@@ -26,6 +26,13 @@ pub struct Args {
     /// Give a symbolic dimension a value, e.g. `N=1` (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
+    /// Plan the Stowage runtime's kernel scratch (the packing buffers of
+    /// convolutions and matrix products) into the arena for this many
+    /// threads; `stow run` with more threads allocates the rest at setup.
+    /// 0 plans none: the arena then holds only the model's tensors (for
+    /// runtimes with kernels of their own).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: u32,
     #[command(flatten)]
     pub plan: PlanArgs,
     /// Alignment of every arena offset in bytes (a power of two).
@@ -69,8 +76,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let options = load_options(&args.inputs, &args.dims, args.reuse)?;
-    let graph = stow_onnx::load(&args.model, &options)
+    let mut graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("compiling {}", args.model.display()))?;
+    if args.threads > 0 {
+        stow_cli::build::plan_scratch(&mut graph, args.threads)
+            .with_context(|| format!("compiling {}", args.model.display()))?;
+    }
     for t in graph.tensors.iter().filter(|t| t.role.in_arena()) {
         within_max_arena(&format!("tensor `{}`", t.name), t.bytes, args.max_arena)
             .with_context(|| format!("compiling {}", args.model.display()))?;

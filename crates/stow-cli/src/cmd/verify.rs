@@ -104,10 +104,22 @@ fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let options = load_options(&args.inputs, &args.dims, args.reuse)?;
-    let graph = stow_onnx::load(&args.model, &options)
+    let mut graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bundle = stow_runtime::Bundle::open(&args.bundle)
         .with_context(|| format!("opening {}", args.bundle.display()))?;
+    // The scratch the compiler planned, for the threads it planned for.
+    let threads = bundle
+        .contents()
+        .ops
+        .iter()
+        .map(stow_runtime::kernels::planned_scratch_threads)
+        .max()
+        .unwrap_or(0);
+    if threads > 0 {
+        stow_cli::build::plan_scratch(&mut graph, threads as u32)
+            .with_context(|| format!("loading {}", args.model.display()))?;
+    }
     let c = bundle.contents();
     crate::cmd::planning::within_max_arena("the bundle's arena", c.arena_bytes, args.max_arena)
         .with_context(|| format!("checking {}", args.bundle.display()))?;

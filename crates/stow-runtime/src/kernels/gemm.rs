@@ -23,8 +23,10 @@ pub const NR: usize = 16;
 pub const KC: usize = 256;
 /// Rows of a block: the packed A block (`MC × KC`) stays in L2.
 pub const MC: usize = 72;
-/// Columns of a block: the packed B block (`KC × NC`) stays in L3.
-pub const NC: usize = 1024;
+/// Columns of a block: the packed B block (`KC × NC`, 256 KiB) stays in
+/// L2. The packing buffers are planned into the arena, so this also
+/// bounds what a product adds to it.
+pub const NC: usize = 256;
 
 fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to

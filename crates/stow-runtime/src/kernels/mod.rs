@@ -210,8 +210,11 @@ pub struct Step<'b> {
     pub inputs: Vec<Operand<'b>>,
     /// Outputs.
     pub outputs: Vec<Operand<'b>>,
-    /// Scratch floats the kernel needs.
+    /// Scratch floats the kernel needs per thread.
     pub scratch: usize,
+    /// Scratch planned in the arena: byte offset of thread 0's share and
+    /// the number of threads' shares there.
+    pub planned: Option<(usize, usize)>,
 }
 
 fn attr<'a>(op: &'a Op, name: &str) -> Option<&'a AttrValue> {
@@ -326,6 +329,49 @@ fn arity(ins: &[Operand<'_>], outs: &[Operand<'_>], n_in: usize) -> Result<(), S
 fn same_bytes(a: &Operand<'_>, b: &Operand<'_>) -> bool {
     matches!((a.loc, b.loc), (Loc::Arena(x), Loc::Arena(y)) if x == y)
         && a.len * a.dtype.size_bytes() as usize == b.len * b.dtype.size_bytes() as usize
+}
+
+/// Floats of scratch the kernel of `op` needs on each thread, for operands
+/// of these element types and shapes (0 when it needs none or cannot
+/// run). The compiler plans this much into the arena (`stow.scratch`).
+pub fn scratch_floats(
+    op: &Op,
+    inputs: &[(DType, Vec<u64>)],
+    outputs: &[(DType, Vec<u64>)],
+) -> usize {
+    let operands = |list: &[(DType, Vec<u64>)]| -> Option<Vec<Operand<'static>>> {
+        list.iter()
+            .map(|(dtype, shape)| {
+                let shape: Vec<usize> = shape
+                    .iter()
+                    .map(|&d| usize::try_from(d).ok())
+                    .collect::<Option<_>>()?;
+                Some(Operand {
+                    id: 0,
+                    dtype: *dtype,
+                    len: shape.iter().product(),
+                    shape,
+                    loc: Loc::Arena(0),
+                })
+            })
+            .collect()
+    };
+    match (operands(inputs), operands(outputs)) {
+        (Some(ins), Some(outs)) => prepare(op, &ins, &outs).map_or(0, |(_, s)| s),
+        _ => 0,
+    }
+}
+
+/// The attribute naming how many threads' scratch the compiler planned
+/// into the arena; the step's last output is then that scratch tensor.
+pub const SCRATCH_ATTR: &str = "stow.scratch";
+
+/// Threads' worth of scratch planned for `op` (0 when none).
+pub fn planned_scratch_threads(op: &Op) -> usize {
+    match attr(op, SCRATCH_ATTR) {
+        Some(AttrValue::Int(t)) => usize::try_from(*t).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// Prepares the kernel of `op` over its operands, or says why it cannot.
@@ -900,7 +946,13 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
         b: [bk, bn],
         c: [cm, cn],
     };
-    Ok((Kernel::MatMul(mm_), gemm::scratch_elems(mm, nn, kk)))
+    // One-row products run without packing (`gemv`).
+    let scratch = if mm == 1 {
+        0
+    } else {
+        gemm::scratch_elems(mm, nn, kk)
+    };
+    Ok((Kernel::MatMul(mm_), scratch))
 }
 
 /// Why a step failed while running.

@@ -45,12 +45,18 @@ pub fn stow_bin(test: &str) -> Option<PathBuf> {
 
 /// Compiles `testdata/<model>.onnx` into `dir/<model>.stow`.
 pub fn compile(stow: &Path, model: &str, dir: &Path) -> PathBuf {
+    compile_with(stow, model, dir, &[])
+}
+
+/// [`compile`] with extra `stow compile` flags.
+pub fn compile_with(stow: &Path, model: &str, dir: &Path, flags: &[&str]) -> PathBuf {
     let out = dir.join(format!("{model}.stow"));
     let o = Command::new(stow)
         .arg("compile")
         .arg(root().join("testdata").join(format!("{model}.onnx")))
         .arg("-o")
         .arg(&out)
+        .args(flags)
         .output()
         .unwrap();
     assert!(
