@@ -60,25 +60,19 @@ pub enum SessionError {
     },
 }
 
-/// Checks the scratch tensor the compiler planned for a step: f32, in the
-/// arena, room for `threads` shares of `floats`. Returns its byte offset
-/// and the thread count.
-fn planned_scratch(
-    t: &Operand<'_>,
-    floats: usize,
-    threads: usize,
-) -> Result<(usize, usize), String> {
-    let kernels::Loc::Arena(offset) = t.loc else {
-        return Err("the scratch tensor is not in the arena".into());
-    };
-    if t.dtype != stow_bundle::DType::F32 || t.len < floats.saturating_mul(threads) {
-        return Err(format!(
-            "the planned scratch ({} {} values) is smaller than {threads} x {floats} f32",
-            t.len,
-            t.dtype.name()
-        ));
+/// The scratch tensor the compiler planned for a step, if usable: f32, in
+/// the arena, room for `threads` shares of `floats` (a bundle planned for
+/// other kernel block sizes may hold less: the session then allocates the
+/// scratch itself). Returns its byte offset and the thread count.
+fn planned_scratch(t: &Operand<'_>, floats: usize, threads: usize) -> Option<(usize, usize)> {
+    match t.loc {
+        kernels::Loc::Arena(offset)
+            if t.dtype == stow_bundle::DType::F32 && t.len >= floats.saturating_mul(threads) =>
+        {
+            Some((offset, threads))
+        }
+        _ => None,
     }
-    Ok((offset, threads))
 }
 
 fn list(ops: &[UnsupportedOp]) -> String {
@@ -228,7 +222,7 @@ impl<'b> Session<'b> {
                 };
                 let (kernel, scratch) = kernels::prepare(op, &inputs, &outputs)?;
                 let planned = match planned {
-                    Some(t) => Some(planned_scratch(&t, scratch, planned_threads)?),
+                    Some(t) => planned_scratch(&t, scratch, planned_threads),
                     None => None,
                 };
                 Ok(Step {
