@@ -450,9 +450,14 @@ pub fn prepare(
                 || "bad slice axis".into(),
             )?;
             let s = strides_of(shape);
-            want(start + outs[0].shape[axis] <= shape[axis], || {
-                "slice out of range".into()
+            let same = (0..shape.len()).all(|d| d == axis || outs[0].shape[d] == shape[d]);
+            want(same && ins[0].dtype == outs[0].dtype, || {
+                "output shape is not a slice of the input".into()
             })?;
+            want(
+                start <= shape[axis] && outs[0].shape[axis] <= shape[axis] - start,
+                || "slice out of range".into(),
+            )?;
             let walk =
                 Walk::new(&outs[0].shape, [&strides_of(&outs[0].shape), &s]).ok_or("rank")?;
             Ok((
@@ -478,6 +483,7 @@ pub fn prepare(
                 m.len() == shape.len() && ins[0].dtype == outs[0].dtype,
                 || "bad tile".into(),
             )?;
+            want(sane(&m), || "multipliers out of range".into())?;
             let tiled: Vec<usize> = shape.iter().zip(&m).map(|(d, k)| d * k).collect();
             want(tiled == outs[0].shape, || {
                 "output shape is not the tiled input".into()
@@ -505,6 +511,9 @@ pub fn prepare(
             let shape = &ins[0].shape;
             want(axis < shape.len() && stride > 0, || "bad downsample".into())?;
             let stride = stride as usize;
+            want(modulo < 1 << 31 && stride < 1 << 31, || {
+                "downsample out of range".into()
+            })?;
             let mut expect = shape.clone();
             expect[axis] = shape[axis].saturating_sub(modulo).div_ceil(stride);
             want(
@@ -528,6 +537,7 @@ pub fn prepare(
         "Pad" => {
             arity(ins, outs, 1)?;
             let pads = attr_ints(op, "pads")?;
+            want(sane(&pads), || "pads out of range".into())?;
             let shape = &ins[0].shape;
             want(pads.len() == 2 * shape.len(), || {
                 "pads do not match the rank".into()
@@ -762,6 +772,12 @@ fn binary(b: BinOp, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel,
 
 /// Pooling/convolution geometry from the recorded pool attributes. Also
 /// returns whether the layout has a batch axis.
+/// True when every value is small enough for index arithmetic on any
+/// tensor that fits an arena (so no product below can overflow).
+fn sane(v: &[usize]) -> bool {
+    v.iter().all(|&x| x < 1 << 31)
+}
+
 fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), String> {
     let format = attr_text(op, "data_format")?;
     let batch = match format {
@@ -777,8 +793,20 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
         input.len() == lead + spatial && output.len() == lead + spatial,
         || "rank".into(),
     )?;
+    // Images (and, for pools, channels) pass through unchanged.
+    let kept = if op.op_type.ends_with("Pool") {
+        lead
+    } else {
+        lead - 1
+    };
+    want(input[..kept] == output[..kept], || {
+        "leading dimensions change".into()
+    })?;
     let strides = attr_ints(op, "strides")?;
     let dilations = attr_ints(op, "dilations")?;
+    want(sane(&kernel) && sane(&strides) && sane(&dilations), || {
+        "window attributes out of range".into()
+    })?;
     want(
         strides.len() == spatial && dilations.len() == spatial,
         || "strides".into(),
@@ -801,6 +829,7 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
             .collect(),
     };
     want(pad_before.len() == spatial, || "pads".into())?;
+    want(sane(&pad_before), || "padding out of range".into())?;
     // 1-d and 2-d ops run as 3-d ones with leading dimensions of 1.
     let two = |v: &[usize], one: usize| -> [usize; 3] {
         std::array::from_fn(|a| {
