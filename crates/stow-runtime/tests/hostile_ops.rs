@@ -63,8 +63,8 @@ fn altered_attributes_are_refused_or_run_without_panics() {
                             continue;
                         };
                         match session.run() {
-                            Err(RunError::Panicked { step, name }) => panic!(
-                                "{model}: `{name}` = {x} (slot {slot}) made step {step} ({}) panic",
+                            Err(RunError::Panicked { step, name: op_name }) => panic!(
+                                "{model}: attribute `{name}` = {x} (slot {slot}) made step {step} `{op_name}` ({}) panic",
                                 op.op_type
                             ),
                             _ => ran += 1,
