@@ -51,6 +51,27 @@ fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
     }
 }
 
+/// The bundle's record of `op`. A planned scratch tensor follows the
+/// outputs (the `stow.scratch` attribute says it is there).
+fn bundle_op(op: &stow_onnx::OpInfo) -> Op {
+    Op {
+        name: op.name.clone(),
+        op_type: op.op_type.clone(),
+        attributes: op
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), attr_value(v)))
+            .collect(),
+        inputs: op.inputs.iter().map(|&i| i as u32).collect(),
+        outputs: op
+            .outputs
+            .iter()
+            .chain(&op.scratch)
+            .map(|&i| i as u32)
+            .collect(),
+    }
+}
+
 /// Plans kernel scratch (packing buffers of convolutions and matrix
 /// products) for `threads` threads into the arena: asks the runtime how
 /// many floats each step's kernel needs and adds a scratch tensor for
@@ -58,17 +79,7 @@ fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
 pub fn plan_scratch(graph: &mut ModelGraph, threads: u32) -> Result<()> {
     for step in 0..graph.ops.len() {
         let op = &graph.ops[step];
-        let bundle_op = Op {
-            name: op.name.clone(),
-            op_type: op.op_type.clone(),
-            attributes: op
-                .attributes
-                .iter()
-                .map(|(k, v)| (k.clone(), attr_value(v)))
-                .collect(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        };
+        let bundle_op = bundle_op(op);
         let shape = |ids: &[usize]| -> Result<Vec<(DType, Vec<u64>)>> {
             ids.iter()
                 .map(|&t| {
@@ -140,28 +151,7 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Vec<&'g [u
             }),
         });
     }
-    let ops = g
-        .ops
-        .iter()
-        .map(|op| Op {
-            name: op.name.clone(),
-            op_type: op.op_type.clone(),
-            attributes: op
-                .attributes
-                .iter()
-                .map(|(k, v)| (k.clone(), attr_value(v)))
-                .collect(),
-            inputs: op.inputs.iter().map(|&i| i as u32).collect(),
-            // A planned scratch tensor follows the outputs (the
-            // `stow.scratch` attribute says it is there).
-            outputs: op
-                .outputs
-                .iter()
-                .chain(&op.scratch)
-                .map(|&i| i as u32)
-                .collect(),
-        })
-        .collect();
+    let ops = g.ops.iter().map(bundle_op).collect();
     let contents = Contents {
         arena_bytes: p.plan.arena_bytes,
         arena_align: p.align,

@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use stow_bundle::BundleView;
 
 fn arena(json: &Value) -> u64 {
     json["arena_bytes"].as_u64().unwrap()
@@ -101,23 +100,6 @@ fn concat_in_place_is_free_and_shrinks_the_arena() {
         "{}",
         stderr(&o)
     );
-}
-
-/// Rewrites a bundle through the library, bypassing the planner's checker.
-fn rewrite(path: &Path, edit: impl FnOnce(&mut stow_bundle::Contents)) {
-    let bytes = std::fs::read(path).unwrap();
-    let view = BundleView::parse(&bytes).unwrap();
-    let mut contents = view.contents().clone();
-    let weights: Vec<Vec<u8>> = (0..contents.tensors.len())
-        .map(|i| {
-            view.weight_bytes(i as u32)
-                .map(|w| w.to_vec())
-                .unwrap_or_default()
-        })
-        .collect();
-    edit(&mut contents);
-    let refs: Vec<&[u8]> = weights.iter().map(|w| w.as_slice()).collect();
-    std::fs::write(path, stow_bundle::to_bytes(&contents, &refs).unwrap()).unwrap();
 }
 
 #[test]

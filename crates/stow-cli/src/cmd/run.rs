@@ -109,19 +109,25 @@ fn read_inputs(bundle: &Bundle, args: &Args) -> Result<Vec<Tensor>> {
     Ok(values)
 }
 
+/// Both tensors' values as f64, or `None` when the shapes differ or a
+/// value is not numeric.
+pub(crate) fn as_f64_pair(got: &Tensor, want: &Tensor) -> Option<(Vec<f64>, Vec<f64>)> {
+    if got.shape() != want.shape() {
+        return None;
+    }
+    let values = |t: &Tensor| -> Option<Vec<f64>> {
+        let t = t.cast_to::<f64>().ok()?;
+        let view = t.to_plain_array_view::<f64>().ok()?;
+        Some(view.iter().copied().collect())
+    };
+    Some((values(got)?, values(want)?))
+}
+
 /// Largest `|a − b|` over the elements divided by the largest `|b|` (the
 /// error relative to the output's scale, meaningful however small its
 /// values), or `None` when the shapes differ or a value is not numeric.
 fn scaled_error(got: &Tensor, want: &Tensor) -> Option<f64> {
-    if got.shape() != want.shape() {
-        return None;
-    }
-    let g = got.cast_to::<f64>().ok()?;
-    let w = want.cast_to::<f64>().ok()?;
-    let (g, w) = (
-        g.to_plain_array_view::<f64>().ok()?,
-        w.to_plain_array_view::<f64>().ok()?,
-    );
+    let (g, w) = as_f64_pair(got, want)?;
     let scale = w.iter().fold(0.0f64, |m, b| m.max(b.abs()));
     let diff = g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
         if a == b || (a.is_nan() && b.is_nan()) {

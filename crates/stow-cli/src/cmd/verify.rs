@@ -82,15 +82,7 @@ fn match_bundle(
 /// Largest `|a − b| / max(|b|, 1)` over the elements, or `None` when the
 /// shapes differ or a value is not numeric.
 fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
-    if got.shape() != want.shape() {
-        return None;
-    }
-    let g = got.cast_to::<f64>().ok()?;
-    let w = want.cast_to::<f64>().ok()?;
-    let (g, w) = (
-        g.to_plain_array_view::<f64>().ok()?,
-        w.to_plain_array_view::<f64>().ok()?,
-    );
+    let (g, w) = crate::cmd::run::as_f64_pair(got, want)?;
     Some(g.iter().zip(w.iter()).fold(0.0f64, |m, (a, b)| {
         if a == b || (a.is_nan() && b.is_nan()) {
             m

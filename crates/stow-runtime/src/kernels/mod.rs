@@ -117,6 +117,20 @@ impl BinOp {
         matches!(self, Eq | Ne | Lt | Gt | Le | Ge)
     }
 
+    /// The comparison's result as a bool byte (for a comparing op).
+    #[inline(always)]
+    fn compare<T: PartialOrd>(self, a: T, c: T) -> u8 {
+        use BinOp::*;
+        (match self {
+            Eq => a == c,
+            Ne => a != c,
+            Lt => a < c,
+            Gt => a > c,
+            Le => a <= c,
+            _ => a >= c,
+        }) as u8
+    }
+
     fn logical(self) -> bool {
         matches!(self, BinOp::And | BinOp::Or | BinOp::Xor)
     }
@@ -1101,16 +1115,7 @@ where
     let (p, q) = (v.src::<F>(x)?, v.src::<F>(y)?);
     if b.compares() {
         let out = v.dst::<u8>(o)?;
-        run(walk, p, q, out, move |a: F, c: F| {
-            (match b {
-                Eq => a == c,
-                Ne => a != c,
-                Lt => a < c,
-                Gt => a > c,
-                Le => a <= c,
-                _ => a >= c,
-            }) as u8
-        });
+        run(walk, p, q, out, move |a: F, c: F| b.compare(a, c));
         return Ok(());
     }
     let out = v.dst::<F>(o)?;
@@ -1147,16 +1152,7 @@ fn binary_run(
             let (p, q) = (v.src::<i64>(x)?, v.src::<i64>(y)?);
             if b.compares() {
                 let out = v.dst::<u8>(o)?;
-                run(walk, p, q, out, move |a: i64, c: i64| {
-                    (match b {
-                        Eq => a == c,
-                        Ne => a != c,
-                        Lt => a < c,
-                        Gt => a > c,
-                        Le => a <= c,
-                        _ => a >= c,
-                    }) as u8
-                });
+                run(walk, p, q, out, move |a: i64, c: i64| b.compare(a, c));
             } else {
                 let out = v.dst::<i64>(o)?;
                 match b {
