@@ -205,7 +205,25 @@ def concat_block():
                    [f32("pooled", [1, 16, 1, 1]), f32("side", [1, 4, 1, 1]), f32("wide", [1, 2, 1, 1])])
 
 
-MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block]
+def upsample_block():
+    """Encoder-decoder step as segmentation heads do it: downsample, upsample
+    by linear interpolation (half-pixel), add the skip, upsample again by
+    nearest neighbour (asymmetric, floor), classify every pixel."""
+    b = Builder(8)
+    skip = b.op("Relu", [b.conv("image", 3, 8)])
+    low = b.op("Relu", [b.conv(skip, 8, 8, stride=2)])
+    scales = b.const("scales", np.array([1.0, 1.0, 2.0, 2.0], dtype=np.float32))
+    up = b.op("Resize", [low, "", scales], mode="linear", coordinate_transformation_mode="half_pixel")
+    x = b.op("Relu", [b.conv(b.op("Add", [up, skip]), 8, 4)])
+    big = b.op("Resize", [x, "", scales], mode="nearest", coordinate_transformation_mode="asymmetric",
+               nearest_mode="floor")
+    b.op("Conv", [big, b.weight("head_w", [3, 4, 1, 1]), b.weight("head_b", [3], 0.1)], out="classes",
+         kernel_shape=[1, 1])
+    return b.model("upsample_block", [f32("image", [1, 3, 12, 12])], [f32("classes", [1, 3, 24, 24])])
+
+
+MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block,
+          upsample_block]
 
 
 def run_once(path, model):

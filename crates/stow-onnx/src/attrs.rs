@@ -136,6 +136,21 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         if let Ok(eps) = norm.eps.cast_to_scalar::<f32>() {
             out.push(("eps".into(), Attr::Float(eps)));
         }
+    } else if let Some(resize) = any.downcast_ref::<ops::nn::Resize>() {
+        let input = |ix: Option<usize>| Attr::Int(ix.map_or(-1, |i| i as i64));
+        out.push((
+            "coordinate_transformation".into(),
+            Attr::Text(resize.coord_transformer.as_str().into()),
+        ));
+        out.push((
+            "interpolator".into(),
+            Attr::Text(resize.interpolator.as_str().into()),
+        ));
+        out.push(("nearest".into(), Attr::Text(resize.nearest.as_str().into())));
+        out.push(("scales_input".into(), input(resize.optional_scales_input)));
+        out.push(("sizes_input".into(), input(resize.optional_sizes_input)));
+    } else if let Some(up) = any.downcast_ref::<ops::nn::NearestUpsample>() {
+        out.push(("scales".into(), ints(up.scales.iter().copied())));
     } else if let Some(down) = any.downcast_ref::<ops::Downsample>() {
         out.push(("axis".into(), Attr::Int(down.axis as i64)));
         out.push(("stride".into(), Attr::Int(down.stride as i64)));

@@ -27,6 +27,7 @@ fn altered_attributes_are_refused_or_run_without_panics() {
         "concat_block",
         "mobilenet_block",
         "transformer_block",
+        "upsample_block",
         "mlp",
     ] {
         let path = common::compile(&stow, model, dir.path());

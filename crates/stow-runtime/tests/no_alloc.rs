@@ -58,6 +58,7 @@ fn a_run_allocates_nothing() {
         "concat_block",
         "mobilenet_block",
         "transformer_block",
+        "upsample_block",
     ] {
         let path = common::compile(&stow, model, dir.path());
         let bundle = Bundle::open(&path).unwrap();

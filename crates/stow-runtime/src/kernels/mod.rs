@@ -209,6 +209,8 @@ pub enum Kernel {
         /// Padding before each axis.
         before: Vec<usize>,
     },
+    /// Linear or nearest resampling.
+    Resize(Vec<nn::ResizeAxis>),
     /// Repeats of the input at these output offsets (destination, source).
     Tile(Walk<2>, Vec<[usize; 2]>),
     /// Matrix product.
@@ -517,6 +519,39 @@ pub fn prepare(
                 0,
             ))
         }
+        "Resize" => resize_kernel(op, ins, outs).map(|k| (k, 0)),
+        "NearestUpsample" => {
+            // Each axis of the output seen as (input index, repeat): the
+            // repeat has stride 0 in the input, so a strided copy does it.
+            arity(ins, outs, 1)?;
+            let scales = attr_ints(op, "scales")?;
+            let shape = &ins[0].shape;
+            want(scales.len() == shape.len() && sane(&scales), || {
+                "bad scales".into()
+            })?;
+            let scaled: Vec<usize> = shape.iter().zip(&scales).map(|(d, s)| d * s).collect();
+            want(
+                scaled == outs[0].shape && ins[0].dtype == outs[0].dtype,
+                || "output shape is not the upsampled input".into(),
+            )?;
+            let (os, is) = (strides_of(&outs[0].shape), strides_of(shape));
+            let mut dims = Vec::new();
+            let (mut dst, mut src) = (Vec::new(), Vec::new());
+            for a in 0..shape.len() {
+                dims.extend([shape[a], scales[a]]);
+                dst.extend([os[a] * scales[a], os[a]]);
+                src.extend([is[a], 0]);
+            }
+            let walk = Walk::new(&dims, [&dst, &src]).ok_or("rank too high")?;
+            Ok((
+                Kernel::Copy {
+                    walk,
+                    base: [0, 0],
+                    fill: None,
+                },
+                0,
+            ))
+        }
         "Downsample" => {
             arity(ins, outs, 1)?;
             let axis = attr_int(op, "axis")? as usize;
@@ -745,6 +780,116 @@ pub fn prepare(
     }
 }
 
+/// Where tract's coordinate transformation puts output index `x` on an
+/// input axis.
+fn source_coordinate(
+    mode: &str,
+    x: usize,
+    scale: f32,
+    len_in: usize,
+    len_out: usize,
+) -> Option<f32> {
+    let x = x as f32;
+    Some(match mode {
+        "half_pixel" => (x + 0.5) / scale - 0.5,
+        "align_corners" => {
+            let width = scale * len_in as f32;
+            if width == 1.0 {
+                0.0
+            } else {
+                x * (len_in as f32 - 1.0) / (width - 1.0)
+            }
+        }
+        "asymmetric" => x / scale,
+        "pytorch_half_pixel" => {
+            if len_out > 1 {
+                (x + 0.5) / scale - 0.5
+            } else {
+                -0.5
+            }
+        }
+        "half_pixel_symmetric" => {
+            let adjustment = len_out as f32 / (scale * len_in as f32);
+            let offset = len_in as f32 / 2.0 * (1.0 - adjustment);
+            offset + (x + 0.5) / scale - 0.5
+        }
+        "tf_half_pixel_for_nn" => (x + 0.5) / scale,
+        _ => return None,
+    })
+}
+
+fn resize_kernel(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel, String> {
+    want(!ins.is_empty() && outs.len() == 1, || {
+        "resize takes an input".into()
+    })?;
+    want(
+        ins[0].dtype == DType::F32 && outs[0].dtype == DType::F32,
+        || "resize handles f32".into(),
+    )?;
+    let (input, output) = (&ins[0].shape, &outs[0].shape);
+    want(input.len() == output.len(), || "rank".into())?;
+    let mode = attr_text(op, "coordinate_transformation")?;
+    let linear = match attr_text(op, "interpolator")? {
+        "linear" => true,
+        "nearest" => false,
+        other => return Err(format!("{other} interpolation")),
+    };
+    let prefer_ceil = match attr_text(op, "nearest")? {
+        "floor" => false,
+        "round_prefer_ceil" => true,
+        other => return Err(format!("nearest mode {other}")),
+    };
+    // Scales come from the scales input when it is a constant of one
+    // value per axis, else from the shapes.
+    let scales_at = attr_int(op, "scales_input")?;
+    let given: Option<Vec<f32>> = usize::try_from(scales_at)
+        .ok()
+        .and_then(|i| ins.get(i))
+        .and_then(|t| match t.loc {
+            Loc::Weight(bytes) if t.dtype == DType::F32 && t.len == input.len() => {
+                bytemuck::try_cast_slice::<u8, f32>(bytes)
+                    .ok()
+                    .map(|v| v.to_vec())
+            }
+            _ => None,
+        });
+    let mut axes = Vec::new();
+    for a in 0..input.len() {
+        let (len_in, len_out) = (input[a], output[a]);
+        let scale = match &given {
+            Some(s) => s[a],
+            None => len_out as f32 / len_in.max(1) as f32,
+        };
+        if len_in == len_out && scale == 1.0 {
+            continue;
+        }
+        want(len_in > 0 && scale > 0.0 && scale.is_finite(), || {
+            "bad scale".into()
+        })?;
+        let mut taps = Vec::with_capacity(len_out);
+        for x in 0..len_out {
+            let x_in = source_coordinate(mode, x, scale, len_in, len_out)
+                .ok_or_else(|| format!("coordinate transformation {mode}"))?;
+            let cell = x_in.ceil() - 1.0;
+            let r = x_in - cell;
+            let w = if linear {
+                [
+                    (1.0 - r).clamp(0.0, 1.0),
+                    (1.0 - (1.0 - r).abs()).clamp(0.0, 1.0),
+                ]
+            } else {
+                let right = r == 1.0 || (prefer_ceil && r >= 0.5);
+                [!right as u8 as f32, right as u8 as f32]
+            };
+            let clamp = |i: f32| (i.max(0.0) as usize).min(len_in - 1);
+            taps.push(([clamp(cell), clamp(cell + 1.0)], w));
+        }
+        axes.push(nn::ResizeAxis { axis: a, taps });
+    }
+    want(axes.len() <= 3, || format!("{} resized axes", axes.len()))?;
+    Ok(Kernel::Resize(axes))
+}
+
 fn castable(d: DType) -> bool {
     matches!(
         d,
@@ -958,27 +1103,30 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
             _ => return Err(format!("`{expr}` sums an axis of one operand")),
         }
     }
-    // Each role must merge into one strided dimension.
-    let merge =
-        |role: &mut Vec<char>, by: usize, of: [usize; 2]| -> Result<(usize, [usize; 2]), String> {
-            role.sort_by_key(|&c| axes[by].iter().position(|&x| x == c));
-            let mut d = 1;
-            let mut s = [0, 0];
-            for (i, &c) in role.iter().enumerate().rev() {
-                let cs = [stride(of[0], c), stride(of[1], c)];
-                if i + 1 < role.len() && (cs[0] != s[0] * d || cs[1] != s[1] * d) {
-                    return Err(format!("`{expr}`: axes of one role are not contiguous"));
-                }
-                if i + 1 == role.len() {
-                    s = cs;
-                }
-                d *= size[&c];
+    // Each role's innermost axes that merge into one strided dimension
+    // become the product's m, n or k; the other axes of the role are
+    // walked like batch axes (a k axis has stride 0 in C, so the products
+    // along it accumulate into the same C).
+    let merge = |role: &mut Vec<char>, by: usize, of: [usize; 2], rest: &mut Vec<char>| {
+        role.sort_by_key(|&c| axes[by].iter().position(|&x| x == c));
+        let mut d = 1;
+        let mut s = [0, 0];
+        for (i, &c) in role.iter().enumerate().rev() {
+            let cs = [stride(of[0], c), stride(of[1], c)];
+            if i + 1 < role.len() && (cs[0] != s[0] * d || cs[1] != s[1] * d) {
+                rest.extend_from_slice(&role[..=i]);
+                break;
             }
-            Ok((d, s))
-        };
-    let (mm, [am, cm]) = merge(&mut m, 2, [0, 2])?;
-    let (nn, [bn, cn]) = merge(&mut n, 2, [1, 2])?;
-    let (kk, [ak, bk]) = merge(&mut k, 0, [0, 1])?;
+            if i + 1 == role.len() {
+                s = cs;
+            }
+            d *= size[&c];
+        }
+        (d, s)
+    };
+    let (mm, [am, cm]) = merge(&mut m, 2, [0, 2], &mut batch);
+    let (nn, [bn, cn]) = merge(&mut n, 2, [1, 2], &mut batch);
+    let (kk, [ak, bk]) = merge(&mut k, 0, [0, 1], &mut batch);
     let dims: Vec<usize> = batch.iter().map(|c| size[c]).collect();
     let per = |i: usize| batch.iter().map(|&c| stride(i, c)).collect::<Vec<_>>();
     let walk = Walk::new(&dims, [&per(2), &per(0), &per(1)]).ok_or("too many batch axes")?;
@@ -1313,6 +1461,13 @@ pub fn run_part(
                 v.dst(o)?
             ))
         }
+        Kernel::Resize(axes) => nn::resize(
+            &ins[0].shape,
+            &outs[0].shape,
+            axes,
+            v.src(&ins[0])?,
+            v.dst(&outs[0])?,
+        ),
         Kernel::Tile(walk, bases) => {
             let o = &outs[0];
             for base in bases {
@@ -1351,7 +1506,7 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
     Ok(())
 }
 
-/// One row times a matrix, `c[j] = Σ_p a[p] · b[p, j]` for `j` in `cols`:
+/// One row times a matrix, `c[j] += Σ_p a[p] · b[p, j]` for `j` in `cols`:
 /// a product with one row gains nothing from packing. Contiguous rows of
 /// `b` (or columns) are read as slices, 8 partial sums at a time, so the
 /// loops vectorise.
@@ -1381,7 +1536,8 @@ fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
             for q in p..k {
                 sum += row.load(q) * col.load(q);
             }
-            c.data[c.offset + j * c.cs].set(sum);
+            let cell = &c.data[c.offset + j * c.cs];
+            cell.set(cell.get() + sum);
         }
     } else if bn == 1 && c.cs == 1 && !cols.is_empty() {
         // Rows of b are contiguous: accumulate a[p] · b[p, cols] in c.
@@ -1413,6 +1569,17 @@ fn matmul(
     let [m, n, k] = mm.mnk;
     let cols = gemm::share(n, part, parts);
     let (len, [sc, sa, sb]) = mm.batch.inner();
+    // Zero this share's columns everywhere first: batch positions that
+    // walk a k axis accumulate into the same C.
+    mm.batch.rows([0, 0, 0], |[oc, _, _]| {
+        for j in 0..len {
+            for i in 0..m {
+                for col in cols.clone() {
+                    c[oc + j * sc + i * mm.c[0] + col * mm.c[1]].set(0.0);
+                }
+            }
+        }
+    });
     mm.batch.rows([0, 0, 0], |[oc, oa, ob]| {
         for j in 0..len {
             let dst = gemm::Dst {
@@ -1421,11 +1588,6 @@ fn matmul(
                 rs: mm.c[0],
                 cs: mm.c[1],
             };
-            for i in 0..m {
-                for col in cols.clone() {
-                    c[dst.offset + i * dst.rs + col * dst.cs].set(0.0);
-                }
-            }
             if m == 1 {
                 crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
                     k,

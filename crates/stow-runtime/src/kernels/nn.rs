@@ -271,3 +271,66 @@ pub fn pool(kind: Pool, w: &Window, x: Src<'_, f32>, out: &[Cell<f32>]) {
         }
     }
 }
+
+/// One resized axis: for each output index, the two input indices it
+/// reads and their weights (tract's resampling plan for linear and
+/// nearest interpolation).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResizeAxis {
+    /// The axis.
+    pub axis: usize,
+    /// Per output index: input indices and weights.
+    pub taps: Vec<([usize; 2], [f32; 2])>,
+}
+
+/// Resamples `x` (shape `input`) into `out` (shape `output`) through the
+/// axes' plans: each output is the weighted sum over the 2^r corners of
+/// the r resized axes (r ≤ 3, checked at setup).
+pub fn resize(
+    input: &[usize],
+    output: &[usize],
+    axes: &[ResizeAxis],
+    x: Src<'_, f32>,
+    out: &[Cell<f32>],
+) {
+    let rank = output.len();
+    if rank > super::layout::MAX_RANK {
+        return;
+    }
+    let mut in_strides = [0usize; super::layout::MAX_RANK];
+    let mut acc = 1;
+    for a in (0..rank).rev() {
+        in_strides[a] = acc;
+        acc *= input[a];
+    }
+    let mut index = [0usize; super::layout::MAX_RANK];
+    let corners = 1usize << axes.len();
+    for cell in out {
+        let base: usize = (0..rank)
+            .filter(|a| axes.iter().all(|r| r.axis != *a))
+            .map(|a| index[a] * in_strides[a])
+            .sum();
+        let mut sum = 0.0f32;
+        for corner in 0..corners {
+            let mut at = base;
+            let mut w = 1.0f32;
+            for (bit, r) in axes.iter().enumerate() {
+                let side = (corner >> bit) & 1;
+                let (ix, wt) = &r.taps[index[r.axis]];
+                at += ix[side] * in_strides[r.axis];
+                w *= wt[side];
+            }
+            if w != 0.0 {
+                sum += w * x.at(at);
+            }
+        }
+        cell.set(sum);
+        for a in (0..rank).rev() {
+            index[a] += 1;
+            if index[a] < output[a] {
+                break;
+            }
+            index[a] = 0;
+        }
+    }
+}
