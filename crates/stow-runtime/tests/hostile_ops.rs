@@ -21,15 +21,7 @@ fn altered_attributes_are_refused_or_run_without_panics() {
     let dir = tempfile::tempdir().unwrap();
     let values = [0i64, 1, 2, 3, 7, -1, 1 << 40, i64::MAX];
     let (mut refused, mut ran) = (0, 0);
-    for model in [
-        "two_branch",
-        "residual_cnn",
-        "concat_block",
-        "mobilenet_block",
-        "transformer_block",
-        "upsample_block",
-        "mlp",
-    ] {
+    for model in common::FIXED_SHAPE_MODELS {
         let path = common::compile(&stow, model, dir.path());
         let bytes = std::fs::read(&path).unwrap();
         let view = BundleView::parse(&bytes).unwrap();

@@ -51,15 +51,7 @@ fn a_run_allocates_nothing() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    for model in [
-        "mlp",
-        "two_branch",
-        "residual_cnn",
-        "concat_block",
-        "mobilenet_block",
-        "transformer_block",
-        "upsample_block",
-    ] {
+    for model in common::FIXED_SHAPE_MODELS {
         let path = common::compile(&stow, model, dir.path());
         let bundle = Bundle::open(&path).unwrap();
         for threads in [1, 2] {

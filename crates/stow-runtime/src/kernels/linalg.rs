@@ -106,6 +106,16 @@ impl<L: Load<f32>> PackB for Im2col<L> {
     }
 }
 
+/// Bias of output channel `channel`: one value for all, one per
+/// channel, or none.
+fn bias_at(bias: Option<Src<'_, f32>>, channel: usize) -> f32 {
+    match bias {
+        Some(b) if b.len() == 1 => b.at(0),
+        Some(b) => b.at(channel),
+        None => 0.0,
+    }
+}
+
 /// Writes each output channel's bias (or zero) over columns `cols` of
 /// its plane.
 pub(crate) fn fill_bias(
@@ -117,11 +127,7 @@ pub(crate) fn fill_bias(
     let channels = s.groups * s.out_per_group;
     let n = s.n();
     for (i, plane) in out.chunks_exact(n.max(1)).enumerate() {
-        let b = match bias {
-            Some(b) if b.len() == 1 => b.at(0),
-            Some(b) => b.at(i % channels),
-            None => 0.0,
-        };
+        let b = bias_at(bias, i % channels);
         plane[cols.clone()].iter().for_each(|c| c.set(b));
     }
 }
@@ -147,11 +153,7 @@ pub fn conv(
         let mine = &out[p0 * plane..p1 * plane];
         // Bias of the planes in this share: plane i is channel i % groups.
         for (i, row) in mine.chunks_exact(plane.max(1)).enumerate() {
-            let b = match bias {
-                Some(b) if b.len() == 1 => b.at(0),
-                Some(b) => b.at((p0 + i) % s.groups),
-                None => 0.0,
-            };
+            let b = bias_at(bias, (p0 + i) % s.groups);
             row.iter().for_each(|c| c.set(b));
         }
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| depthwise(

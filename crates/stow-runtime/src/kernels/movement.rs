@@ -2,22 +2,20 @@
 //! of views the plan did not alias) and gather. Element types are moved
 //! as raw bits of their size.
 
-use super::cells::Src;
+use super::cells::{map_row, Load, Src};
 use super::layout::{Walk, MAX_RANK};
 use std::cell::Cell;
 
 /// Copies through `walk` (operands: destination, source), adding the base
 /// offsets.
-pub fn copy<T: Copy>(walk: &Walk<2>, base: [usize; 2], src: Src<'_, T>, dst: &[Cell<T>]) {
+pub fn copy<T: Copy>(walk: &Walk<2>, base: [usize; 2], src: impl Load<T>, dst: &[Cell<T>]) {
     let (len, [sd, ss]) = walk.inner();
     walk.rows(base, |[d, s]| {
         if sd == 1 && ss == 1 {
-            for (j, c) in dst[d..d + len].iter().enumerate() {
-                c.set(src.at(s + j));
-            }
+            map_row(&dst[d..d + len], src.sub(s, len), |x| x);
         } else {
             for j in 0..len {
-                dst[d + j * sd].set(src.at(s + j * ss));
+                dst[d + j * sd].set(src.load(s + j * ss));
             }
         }
     });

@@ -1,6 +1,6 @@
 //! Normalisations, reductions and pooling over f32 tensors.
 
-use super::cells::Src;
+use super::cells::{Load, Src};
 use super::layout::Walk;
 use std::cell::Cell;
 
@@ -35,17 +35,17 @@ impl AroundAxis {
 }
 
 /// Softmax (or log-softmax) along the axis.
-pub fn softmax(at: AroundAxis, log: bool, x: Src<'_, f32>, out: &[Cell<f32>]) {
+pub fn softmax(at: AroundAxis, log: bool, x: impl Load<f32>, out: &[Cell<f32>]) {
     let s = at.inner;
     at.lanes(|base| {
         let max = (0..at.n)
-            .map(|j| x.at(base + j * s))
+            .map(|j| x.load(base + j * s))
             .fold(f32::NEG_INFINITY, f32::max);
         let mut sum = 0.0f32;
         for j in 0..at.n {
-            let e = (x.at(base + j * s) - max).exp();
+            let e = (x.load(base + j * s) - max).exp();
             sum += e;
-            out[base + j * s].set(if log { x.at(base + j * s) - max } else { e });
+            out[base + j * s].set(if log { x.load(base + j * s) - max } else { e });
         }
         if log {
             let ln = sum.ln();
@@ -64,13 +64,13 @@ pub fn softmax(at: AroundAxis, log: bool, x: Src<'_, f32>, out: &[Cell<f32>]) {
 }
 
 /// `x / √(mean(x²) + eps)` along the axis.
-pub fn rms_norm(at: AroundAxis, eps: f32, x: Src<'_, f32>, out: &[Cell<f32>]) {
+pub fn rms_norm(at: AroundAxis, eps: f32, x: impl Load<f32>, out: &[Cell<f32>]) {
     let s = at.inner;
     at.lanes(|base| {
-        let sq: f32 = (0..at.n).map(|j| x.at(base + j * s).powi(2)).sum();
+        let sq: f32 = (0..at.n).map(|j| x.load(base + j * s).powi(2)).sum();
         let r = 1.0 / (sq / at.n as f32 + eps).sqrt();
         for j in 0..at.n {
-            out[base + j * s].set(x.at(base + j * s) * r);
+            out[base + j * s].set(x.load(base + j * s) * r);
         }
     });
 }
@@ -108,7 +108,7 @@ impl Reducer {
 /// over the input's dimensions with operands (output, input); the
 /// output's stride is 0 along reduced axes. `count` is the number of
 /// values reduced into each output.
-pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: Src<'_, f32>, out: &[Cell<f32>]) {
+pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: impl Load<f32>, out: &[Cell<f32>]) {
     let init = match r {
         Reducer::Sum | Reducer::MeanOfSquares => 0.0,
         Reducer::Prod => 1.0,
@@ -122,14 +122,14 @@ pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: Src<'_, f32>, out: &[
             let c = &out[o];
             let mut acc = c.get();
             for j in 0..len {
-                let v = x.at(i + j * si);
+                let v = x.load(i + j * si);
                 acc = combine(r, acc, v);
             }
             c.set(acc);
         } else {
             for j in 0..len {
                 let c = &out[o + j * so];
-                c.set(combine(r, c.get(), x.at(i + j * si)));
+                c.set(combine(r, c.get(), x.load(i + j * si)));
             }
         }
     });
@@ -223,7 +223,7 @@ pub enum Pool {
 }
 
 /// Pools every plane of `x` into `out`.
-pub fn pool(kind: Pool, w: &Window, x: Src<'_, f32>, out: &[Cell<f32>]) {
+pub fn pool(kind: Pool, w: &Window, x: impl Load<f32>, out: &[Cell<f32>]) {
     let [_, ih, iw] = w.input;
     let [od, oh, ow] = w.output;
     let full: usize = w.kernel.iter().product();
@@ -245,7 +245,7 @@ pub fn pool(kind: Pool, w: &Window, x: Src<'_, f32>, out: &[Cell<f32>]) {
                         for ky in ky0..ky1 {
                             let row = depth + w.input_at(1, oy, ky) * iw;
                             for kx in kx0..kx1 {
-                                let v = x.at(row + w.input_at(2, ox, kx));
+                                let v = x.load(row + w.input_at(2, ox, kx));
                                 acc = match kind {
                                     Pool::Max => acc.max(v),
                                     Pool::Sum { .. } => acc + v,

@@ -13,6 +13,18 @@ pub fn write(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// The testdata models that compile without `--dim` (all but
+/// `symbolic_batch`).
+pub const FIXED_SHAPE_MODELS: [&str; 7] = [
+    "mlp",
+    "two_branch",
+    "residual_cnn",
+    "concat_block",
+    "mobilenet_block",
+    "transformer_block",
+    "upsample_block",
+];
+
 /// The repository root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -1,0 +1,495 @@
+//! Running a prepared step over the arena: typed views of its operands
+//! and the dispatch to the kernels. Nothing here allocates.
+
+use super::cells::{self, typed, Src};
+use super::layout::Walk;
+use super::{elementwise, gemm, linalg, movement, nn, BinOp, Kernel, Loc, MatMul, Operand, Step};
+use std::cell::Cell;
+use stow_bundle::DType;
+
+/// Why a step failed while running.
+#[derive(Debug)]
+pub enum Failure {
+    /// A tensor view did not fit the arena or its alignment (a bundle
+    /// that passed setup cannot cause this).
+    View(u32),
+    /// A gather index out of range.
+    Index(i64),
+}
+
+/// The arena as shared cells, plus typed views of operands.
+pub struct Views<'a> {
+    /// The arena bytes.
+    pub arena: &'a [Cell<u8>],
+}
+
+impl<'a> Views<'a> {
+    /// A read-only view of `o` as `T`.
+    pub fn src<T: bytemuck::Pod>(&self, o: &Operand<'a>) -> Result<Src<'a, T>, Failure> {
+        match o.loc {
+            Loc::Weight(bytes) => bytemuck::try_cast_slice(bytes)
+                .ok()
+                .filter(|s: &&[T]| s.len() == o.len)
+                .map(Src::Weight)
+                .ok_or(Failure::View(o.id)),
+            Loc::Arena(off) => typed(self.arena, off, o.len)
+                .map(Src::Arena)
+                .ok_or(Failure::View(o.id)),
+        }
+    }
+
+    /// A writable view of arena operand `o` as `T`.
+    pub fn dst<T: bytemuck::Pod>(&self, o: &Operand<'_>) -> Result<&'a [Cell<T>], Failure> {
+        match o.loc {
+            Loc::Arena(off) => typed(self.arena, off, o.len).ok_or(Failure::View(o.id)),
+            Loc::Weight(_) => Err(Failure::View(o.id)),
+        }
+    }
+}
+
+macro_rules! by_size {
+    ($size:expr, |$t:ident| $body:expr) => {
+        match $size {
+            1 => {
+                type $t = u8;
+                $body
+            }
+            2 => {
+                type $t = u16;
+                $body
+            }
+            4 => {
+                type $t = u32;
+                $body
+            }
+            _ => {
+                type $t = u64;
+                $body
+            }
+        }
+    };
+}
+
+fn read_num(v: &Views<'_>, o: &Operand<'_>, i: usize) -> Result<f64, Failure> {
+    Ok(match o.dtype {
+        DType::F32 => v.src::<f32>(o)?.at(i) as f64,
+        DType::F64 => v.src::<f64>(o)?.at(i),
+        DType::I64 => v.src::<i64>(o)?.at(i) as f64,
+        DType::I32 => v.src::<i32>(o)?.at(i) as f64,
+        DType::I8 => v.src::<i8>(o)?.at(i) as f64,
+        _ => v.src::<u8>(o)?.at(i) as f64,
+    })
+}
+
+fn cast(v: &Views<'_>, x: &Operand<'_>, o: &Operand<'_>) -> Result<(), Failure> {
+    macro_rules! into {
+        ($t:ty, $conv:expr) => {{
+            let out = v.dst::<$t>(o)?;
+            for (i, c) in out.iter().enumerate() {
+                c.set($conv(read_num(v, x, i)?));
+            }
+        }};
+    }
+    match o.dtype {
+        DType::F32 => into!(f32, |f: f64| f as f32),
+        DType::F64 => into!(f64, |f: f64| f),
+        DType::I64 => into!(i64, |f: f64| f as i64),
+        DType::I32 => into!(i32, |f: f64| f as i32),
+        DType::I8 => into!(i8, |f: f64| f as i8),
+        DType::Bool => into!(u8, |f: f64| (f != 0.0) as u8),
+        _ => into!(u8, |f: f64| f as u8),
+    }
+    Ok(())
+}
+
+fn float_binary<F>(
+    v: &Views<'_>,
+    b: BinOp,
+    walk: &Walk<3>,
+    x: &Operand<'_>,
+    y: &Operand<'_>,
+    o: &Operand<'_>,
+    pow: fn(F, F) -> F,
+) -> Result<(), Failure>
+where
+    F: bytemuck::Pod
+        + PartialOrd
+        + std::ops::Add<Output = F>
+        + std::ops::Sub<Output = F>
+        + std::ops::Mul<Output = F>
+        + std::ops::Div<Output = F>,
+{
+    use elementwise::binary as run;
+    use BinOp::*;
+    let (p, q) = (v.src::<F>(x)?, v.src::<F>(y)?);
+    if b.compares() {
+        let out = v.dst::<u8>(o)?;
+        run(walk, p, q, out, move |a: F, c: F| b.compare(a, c));
+        return Ok(());
+    }
+    let out = v.dst::<F>(o)?;
+    // max/min as IEEE maxNum/minNum: a NaN operand yields the other one.
+    let nan = |c: F| c.partial_cmp(&c).is_none();
+    let max = move |a: F, c: F| if a >= c || nan(c) { a } else { c };
+    let min = move |a: F, c: F| if a <= c || nan(c) { a } else { c };
+    match b {
+        Add => run(walk, p, q, out, |a, c| a + c),
+        Sub => run(walk, p, q, out, |a, c| a - c),
+        Mul => run(walk, p, q, out, |a, c| a * c),
+        Div => run(walk, p, q, out, |a, c| a / c),
+        Pow => run(walk, p, q, out, pow),
+        Max => run(walk, p, q, out, max),
+        _ => run(walk, p, q, out, min),
+    }
+    Ok(())
+}
+
+fn binary_run(
+    v: &Views<'_>,
+    b: BinOp,
+    walk: &Walk<3>,
+    x: &Operand<'_>,
+    y: &Operand<'_>,
+    o: &Operand<'_>,
+) -> Result<(), Failure> {
+    use elementwise::binary as run;
+    use BinOp::*;
+    match x.dtype {
+        DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, f32::powf)?,
+        DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, f64::powf)?,
+        DType::I64 => {
+            let (p, q) = (v.src::<i64>(x)?, v.src::<i64>(y)?);
+            if b.compares() {
+                let out = v.dst::<u8>(o)?;
+                run(walk, p, q, out, move |a: i64, c: i64| b.compare(a, c));
+            } else {
+                let out = v.dst::<i64>(o)?;
+                match b {
+                    Add => run(walk, p, q, out, i64::wrapping_add),
+                    Sub => run(walk, p, q, out, i64::wrapping_sub),
+                    Mul => run(walk, p, q, out, i64::wrapping_mul),
+                    Div => run(
+                        walk,
+                        p,
+                        q,
+                        out,
+                        |a, c| if c == 0 { 0 } else { a.wrapping_div(c) },
+                    ),
+                    Max => run(walk, p, q, out, i64::max),
+                    _ => run(walk, p, q, out, i64::min),
+                }
+            }
+        }
+        _ => {
+            let (p, q) = (v.src::<u8>(x)?, v.src::<u8>(y)?);
+            let out = v.dst::<u8>(o)?;
+            match b {
+                And => run(walk, p, q, out, |a, c| ((a != 0) && (c != 0)) as u8),
+                Or => run(walk, p, q, out, |a, c| ((a != 0) || (c != 0)) as u8),
+                _ => run(walk, p, q, out, |a, c| ((a != 0) != (c != 0)) as u8),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True for kernels that split their work between threads
+/// ([`run_part`]); the others run whole on one thread.
+pub fn splits(k: &Kernel) -> bool {
+    matches!(k, Kernel::Conv(_) | Kernel::MatMul(_))
+}
+
+/// Runs share `part` of `parts` of a step that [`splits`] (shares write
+/// disjoint parts of the output and read nothing another share writes);
+/// any other step runs whole as part 0.
+pub fn run_part(
+    step: &Step<'_>,
+    v: &Views<'_>,
+    scratch: &[Cell<f32>],
+    part: usize,
+    parts: usize,
+) -> Result<(), Failure> {
+    let (ins, outs) = (&step.inputs, &step.outputs);
+    if !splits(&step.kernel) && part != 0 {
+        return Ok(());
+    }
+    match &step.kernel {
+        Kernel::Nothing => {}
+        Kernel::Unary(f) => elementwise::unary(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
+        Kernel::Binary(b, walk) => binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
+        Kernel::Select(walk) => {
+            let cond = v.src::<u8>(&ins[0])?;
+            by_size!(outs[0].dtype.size_bytes(), |T| elementwise::select::<T>(
+                walk,
+                cond,
+                v.src(&ins[1])?,
+                v.src(&ins[2])?,
+                v.dst(&outs[0])?
+            ))
+        }
+        Kernel::Cast => cast(v, &ins[0], &outs[0])?,
+        Kernel::IsNan => {
+            elementwise::convert(v.src::<f32>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
+                x.is_nan() as u8
+            })
+        }
+        Kernel::Copy { walk, base, fill } => {
+            let o = &outs[0];
+            if let Some(value) = fill {
+                fill_value(v, o, *value)?;
+            }
+            copy_into(v, walk, *base, &ins[0], o)?
+        }
+        Kernel::Concat(parts) => {
+            let o = &outs[0];
+            for (i, walk, base) in parts {
+                copy_into(v, walk, *base, &ins[*i], o)?
+            }
+        }
+        Kernel::Gather { outer, axis, inner } => {
+            let idx = v.src::<i64>(&ins[1])?;
+            by_size!(outs[0].dtype.size_bytes(), |T| movement::gather::<T>(
+                *outer,
+                *axis,
+                *inner,
+                v.src(&ins[0])?,
+                idx,
+                v.dst(&outs[0])?
+            ))
+            .map_err(Failure::Index)?
+        }
+        Kernel::Softmax(at, log) => crate::with_load!(v.src(&ins[0])?, |x| nn::softmax(
+            *at,
+            *log,
+            x,
+            v.dst(&outs[0])?
+        )),
+        Kernel::RmsNorm(at, eps) => crate::with_load!(v.src(&ins[0])?, |x| nn::rms_norm(
+            *at,
+            *eps,
+            x,
+            v.dst(&outs[0])?
+        )),
+        Kernel::Reduce(r, walk, count) => {
+            crate::with_load!(v.src(&ins[0])?, |x| nn::reduce(
+                *r,
+                walk,
+                *count,
+                x,
+                v.dst(&outs[0])?
+            ))
+        }
+        Kernel::Pool(kind, w) => {
+            crate::with_load!(v.src(&ins[0])?, |x| nn::pool(*kind, w, x, v.dst(&outs[0])?))
+        }
+        Kernel::Conv(s) => {
+            let bias = match ins.get(2) {
+                Some(b) => Some(v.src(b)?),
+                None => None,
+            };
+            linalg::conv(
+                s,
+                v.src(&ins[0])?,
+                v.src(&ins[1])?,
+                bias,
+                v.dst(&outs[0])?,
+                scratch,
+                part,
+                parts,
+            )
+        }
+        Kernel::Deconv(s) => {
+            let bias = match ins.get(2) {
+                Some(b) => Some(v.src(b)?),
+                None => None,
+            };
+            linalg::deconv(s, v.src(&ins[0])?, v.src(&ins[1])?, bias, v.dst(&outs[0])?)
+        }
+        Kernel::LeakyRelu(alpha) => {
+            let a = *alpha;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
+                v.dst(&outs[0])?,
+                x,
+                |x: f32| if x < 0.0 { a * x } else { x }
+            ))
+        }
+        Kernel::PadEdges { reflect, before } => {
+            let o = &outs[0];
+            by_size!(o.dtype.size_bytes(), |T| movement::pad_edges::<T>(
+                *reflect,
+                before,
+                &ins[0].shape,
+                &o.shape,
+                v.src(&ins[0])?,
+                v.dst(o)?
+            ))
+        }
+        Kernel::Resize(axes) => nn::resize(
+            &ins[0].shape,
+            &outs[0].shape,
+            axes,
+            v.src(&ins[0])?,
+            v.dst(&outs[0])?,
+        ),
+        Kernel::Tile(walk, bases) => {
+            let o = &outs[0];
+            for base in bases {
+                copy_into(v, walk, *base, &ins[0], o)?
+            }
+        }
+        Kernel::MatMul(mm) => matmul(
+            mm,
+            v.src(&ins[0])?,
+            v.src(&ins[1])?,
+            v.dst(&outs[0])?,
+            scratch,
+            part,
+            parts,
+        ),
+    }
+    Ok(())
+}
+
+/// A strided copy from `src` into `o`, moving elements as raw bits.
+fn copy_into(
+    v: &Views<'_>,
+    walk: &Walk<2>,
+    base: [usize; 2],
+    src: &Operand<'_>,
+    o: &Operand<'_>,
+) -> Result<(), Failure> {
+    by_size!(o.dtype.size_bytes(), |T| crate::with_load!(
+        v.src::<T>(src)?,
+        |s| movement::copy(walk, base, s, v.dst::<T>(o)?)
+    ));
+    Ok(())
+}
+
+fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure> {
+    match o.dtype {
+        DType::F32 => v.dst::<f32>(o)?.iter().for_each(|c| c.set(value as f32)),
+        DType::F64 => v.dst::<f64>(o)?.iter().for_each(|c| c.set(value)),
+        DType::I64 => v.dst::<i64>(o)?.iter().for_each(|c| c.set(value as i64)),
+        DType::I32 => v.dst::<i32>(o)?.iter().for_each(|c| c.set(value as i32)),
+        _ => by_size!(o.dtype.size_bytes(), |T| v
+            .dst::<T>(o)?
+            .iter()
+            .for_each(|c| c.set(bytemuck::Zeroable::zeroed()))),
+    }
+    Ok(())
+}
+
+/// One row times a matrix, `c[j] += Σ_p a[p] · b[p, j]` for `j` in `cols`:
+/// a product with one row gains nothing from packing. Contiguous rows of
+/// `b` (or columns) are read as slices, 8 partial sums at a time, so the
+/// loops vectorise.
+fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
+    k: usize,
+    (a, oa, sa): (A, usize, usize),
+    (b, ob, [bk, bn]): (B, usize, [usize; 2]),
+    c: &gemm::Dst<'_>,
+    cols: std::ops::Range<usize>,
+) {
+    const W: usize = 8;
+    if sa == 1 && bk == 1 {
+        // Each output is a dot product of two contiguous vectors.
+        let row = a.sub(oa, k);
+        for j in cols {
+            let col = b.sub(ob + j * bn, k);
+            let mut acc = [0f32; W];
+            let mut p = 0;
+            while p + W <= k {
+                let (x, y) = (row.sub(p, W), col.sub(p, W));
+                for l in 0..W {
+                    acc[l] += x.load(l) * y.load(l);
+                }
+                p += W;
+            }
+            let mut sum: f32 = acc.iter().sum();
+            for q in p..k {
+                sum += row.load(q) * col.load(q);
+            }
+            let cell = &c.data[c.offset + j * c.cs];
+            cell.set(cell.get() + sum);
+        }
+    } else if bn == 1 && c.cs == 1 && !cols.is_empty() {
+        // Rows of b are contiguous: accumulate a[p] · b[p, cols] in c.
+        let out = &c.data[c.offset + cols.start..c.offset + cols.end];
+        for p in 0..k {
+            let x = a.load(oa + p * sa);
+            let r = b.sub(ob + p * bk + cols.start, cols.len());
+            cells::zip_row(out, out, r, |o, y| o + x * y);
+        }
+    } else {
+        for j in cols {
+            let sum = (0..k)
+                .map(|p| a.load(oa + p * sa) * b.load(ob + p * bk + j * bn))
+                .sum();
+            c.data[c.offset + j * c.cs].set(sum);
+        }
+    }
+}
+
+fn matmul(
+    mm: &MatMul,
+    a: Src<'_, f32>,
+    b: Src<'_, f32>,
+    c: &[Cell<f32>],
+    scratch: &[Cell<f32>],
+    part: usize,
+    parts: usize,
+) {
+    let [m, n, k] = mm.mnk;
+    let cols = gemm::share(n, part, parts);
+    let (len, [sc, sa, sb]) = mm.batch.inner();
+    // Zero this share's columns everywhere first: batch positions that
+    // walk a k axis accumulate into the same C.
+    mm.batch.rows([0, 0, 0], |[oc, _, _]| {
+        for j in 0..len {
+            for i in 0..m {
+                for col in cols.clone() {
+                    c[oc + j * sc + i * mm.c[0] + col * mm.c[1]].set(0.0);
+                }
+            }
+        }
+    });
+    mm.batch.rows([0, 0, 0], |[oc, oa, ob]| {
+        for j in 0..len {
+            let dst = gemm::Dst {
+                data: c,
+                offset: oc + j * sc,
+                rs: mm.c[0],
+                cs: mm.c[1],
+            };
+            if m == 1 {
+                crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
+                    k,
+                    (a, oa + j * sa, mm.a[1]),
+                    (b, ob + j * sb, mm.b),
+                    &dst,
+                    cols.clone()
+                )));
+                continue;
+            }
+            crate::with_load!(a, |a| crate::with_load!(b, |b| {
+                let pa = gemm::Strided {
+                    data: a,
+                    offset: oa + j * sa,
+                    rs: mm.a[0],
+                    cs: mm.a[1],
+                    rows: m,
+                    cols: k,
+                };
+                let pb = gemm::Strided {
+                    data: b,
+                    offset: ob + j * sb,
+                    rs: mm.b[0],
+                    cs: mm.b[1],
+                    rows: k,
+                    cols: n,
+                };
+                gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone())
+            }))
+        }
+    });
+}
