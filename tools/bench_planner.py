@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stowage's planner against omnimalloc's allocators, side by side in one run.
 
-Instances: the MiniMalloc challenging traces in ../shared/data, and the
+Instances: the MiniMalloc challenging traces in testdata/planning, and the
 planning problems of the exported models (`stow compile --dump-problem`,
 sizes rounded up to the 64-byte alignment so that every planner solves the
 same problem with alignment 1). For each instance the script runs
@@ -154,7 +154,7 @@ def run_omni(name, rows, time_limit):
 
 
 def instances(args, tmp):
-    for path in sorted(glob.glob(os.path.join(args.shared, "minimalloc-challenging", "*.csv"))):
+    for path in sorted(glob.glob(os.path.join(args.traces, "minimalloc-challenging", "*.csv"))):
         name = "minimalloc " + os.path.basename(path).split(".")[0]
         yield name, path, read_trace(path), 1048576
     models = sorted(glob.glob(os.path.join(args.models, "*.onnx")))
@@ -180,7 +180,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stow", default="target/release/stow")
     parser.add_argument("--time-limit", type=float, default=3.0)
-    parser.add_argument("--shared", default=os.path.join(os.path.dirname(__file__), "../../shared/data"))
+    parser.add_argument("--traces", default=os.path.join(os.path.dirname(__file__), "../testdata/planning"))
     parser.add_argument("--models", default=os.environ.get("STOW_MODELS_DIR", os.path.expanduser("~/.cache/stowage/models")))
     parser.add_argument("--allocators", default=",".join(OMNI_ALLOCATORS))
     args = parser.parse_args()

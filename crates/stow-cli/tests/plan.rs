@@ -1,19 +1,20 @@
-//! `stow plan` on the shared traces: valid layouts, clear errors.
+//! `stow plan` on the planning traces in `testdata/planning`: valid
+//! layouts, clear errors.
 
 mod common;
 
 use common::*;
 use std::path::PathBuf;
 
-fn shared(rel: &str) -> PathBuf {
-    repo_root().join("../shared/data").join(rel)
+fn trace(rel: &str) -> PathBuf {
+    repo_root().join("testdata/planning").join(rel)
 }
 
 #[test]
 fn interval_trace_gets_a_valid_layout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("a.csv");
-    let input = shared("minimalloc-challenging/A.1048576.csv");
+    let input = trace("minimalloc-challenging/A.1048576.csv");
     let o = stow(&["plan", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -39,7 +40,7 @@ fn interval_trace_gets_a_valid_layout() {
 
 #[test]
 fn conflict_trace_and_capacity() {
-    let input = shared("seed-example/conflicts.csv");
+    let input = trace("seed-example/conflicts.csv");
     let o = stow(&["plan", input.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
@@ -99,7 +100,7 @@ fn compare_rows(text: &str) -> Vec<(String, u64)> {
 
 #[test]
 fn compare_lists_every_strategy_best_first() {
-    let input = shared("seed-example/conflicts.csv");
+    let input = trace("seed-example/conflicts.csv");
     let o = stow(&["plan", input.to_str().unwrap(), "--compare"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = compare_rows(&stdout(&o));
@@ -167,7 +168,7 @@ fn dump_problem_into_missing_directory_leaves_nothing() {
 fn capacity_search_fits_a_challenging_trace() {
     // Instance C fits within its capacity, 2.5 % above its max-live bound,
     // which no greedy strategy reaches.
-    let input = shared("minimalloc-challenging/C.1048576.csv");
+    let input = trace("minimalloc-challenging/C.1048576.csv");
     let o = stow(&[
         "plan",
         input.to_str().unwrap(),
@@ -193,7 +194,7 @@ fn capacity_search_fits_a_challenging_trace() {
 
 #[test]
 fn bad_time_limit_is_refused() {
-    let input = shared("seed-example/conflicts.csv");
+    let input = trace("seed-example/conflicts.csv");
     for bad in ["0", "-1", "soon", "1e9"] {
         let arg = format!("--time-limit={bad}");
         let o = stow(&["plan", input.to_str().unwrap(), &arg]);
@@ -206,7 +207,7 @@ fn bad_time_limit_is_refused() {
 fn pools_fill_in_preference_order_and_report_shortfalls() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pools.csv");
-    let input = shared("minimalloc-challenging/C.1048576.csv");
+    let input = trace("minimalloc-challenging/C.1048576.csv");
     let o = stow(&[
         "plan",
         input.to_str().unwrap(),

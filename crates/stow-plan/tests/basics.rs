@@ -67,7 +67,7 @@ fn checker_reports_overlap_and_misalignment() {
 
 #[test]
 fn explicit_conflicts_worked_example_bound_is_heaviest_clique() {
-    // Sizes in MiB units from shared/data/seed-example: clique {4,5,6,7} weighs 43.
+    // Sizes in MiB units from testdata/planning/seed-example: clique {4,5,6,7} weighs 43.
     let p = stow_plan::testing::worked_example();
     assert_eq!(lower_bound(&p), 43);
     let g = plan(&p, &opts(Strategy::GreedySize)).unwrap();
