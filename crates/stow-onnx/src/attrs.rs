@@ -170,6 +170,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         if let Some(leaky) = ew.0.downcast_ref::<ops::nn::LeakyRelu>() {
             out.push(("alpha".into(), Attr::Float(leaky.alpha)));
         }
+    } else if let Some(cell) = any.downcast_ref::<ops::lstm_cell::LstmEpilogue>() {
+        out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));
+    } else if let Some(cell) = any.downcast_ref::<ops::gru_cell::GruEpilogue>() {
+        out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));
     } else if let Some(tile) = any.downcast_ref::<ops::array::Tile>() {
         if let Some(m) = tile
             .multipliers

@@ -341,6 +341,52 @@ impl ExecutionOrder {
     }
 }
 
+/// The graph's output names, in order: the ONNX names, which tract keeps as
+/// the labels of the output outlets until decluttering.
+pub(crate) fn output_names(model: &TypedModel) -> Result<Vec<String>, OnnxError> {
+    Ok(model
+        .output_outlets()
+        .map_err(tract_err)?
+        .iter()
+        .map(|o| {
+            model
+                .outlet_label(*o)
+                .map(String::from)
+                .unwrap_or_else(|| model.node(o.node).name.clone())
+        })
+        .collect())
+}
+
+/// Gives the decluttered model's outputs their ONNX names back, and puts
+/// an `Identity` step behind every output that is a constant or a graph
+/// input, so that every output is written into the arena by a step.
+pub(crate) fn name_outputs(model: &mut TypedModel, names: &[String]) -> Result<(), OnnxError> {
+    let mut outlets = model.output_outlets().map_err(tract_err)?.to_vec();
+    if outlets.len() != names.len() {
+        return Err(tract_err("decluttering changed the number of outputs"));
+    }
+    for (outlet, name) in outlets.iter_mut().zip(names) {
+        let node = model.node(outlet.node);
+        if node.op_is::<Const>() || node.op_is::<TypedSource>() {
+            let copy = model
+                .wire_node(
+                    format!("{name}.copy"),
+                    tract_onnx::tract_core::ops::identity::Identity,
+                    &[*outlet],
+                )
+                .map_err(tract_err)?;
+            *outlet = copy[0];
+        }
+    }
+    model.select_output_outlets(&outlets).map_err(tract_err)?;
+    for (outlet, name) in outlets.iter().zip(names) {
+        model
+            .set_outlet_label(*outlet, name.clone())
+            .map_err(tract_err)?;
+    }
+    Ok(())
+}
+
 /// Records tensors and ops of a decluttered model in the given order.
 pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelGraph, OnnxError> {
     let order_used = order;
@@ -358,7 +404,19 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
     let mut tensors: Vec<TensorInfo> = Vec::new();
     let mut weights: Vec<Option<Arc<Tensor>>> = Vec::new();
     let mut tensor_of: HashMap<OutletId, usize> = HashMap::new();
-    let mut used_names: HashSet<String> = HashSet::new();
+    // Graph inputs and outputs keep their ONNX names whatever tract
+    // labelled other outlets with; other tensors with such a name get a
+    // suffix.
+    let mut reserved: HashMap<OutletId, String> = HashMap::new();
+    for &o in &output_outlets {
+        if let Some(label) = model.outlet_label(o) {
+            reserved.insert(o, label.to_string());
+        }
+    }
+    for &o in &input_outlets {
+        reserved.insert(o, model.node(o.node).name.clone());
+    }
+    let mut used_names: HashSet<String> = reserved.values().cloned().collect();
     let mut ops: Vec<OpInfo> = Vec::new();
 
     let mut add_tensor = |outlet: OutletId,
@@ -369,17 +427,20 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
                           value: Option<Arc<Tensor>>|
      -> Result<usize, OnnxError> {
         let node = model.node(outlet.node);
-        let mut name = model
-            .outlet_label(outlet)
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| {
-                if outlet.slot == 0 {
-                    node.name.clone()
-                } else {
-                    format!("{}:{}", node.name, outlet.slot)
-                }
-            });
-        if used_names.contains(&name) {
+        let reserved_name = reserved.get(&outlet).cloned();
+        let mut name = reserved_name.clone().unwrap_or_else(|| {
+            model
+                .outlet_label(outlet)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| {
+                    if outlet.slot == 0 {
+                        node.name.clone()
+                    } else {
+                        format!("{}:{}", node.name, outlet.slot)
+                    }
+                })
+        });
+        if reserved_name.is_none() && used_names.contains(&name) {
             let base = name.clone();
             let mut k = 1;
             while used_names.contains(&name) {

@@ -113,6 +113,18 @@ pub fn read_tensor_file(path: &Path) -> Result<Tensor, OnnxError> {
 /// data), the form [`read_tensor_file`] and the ONNX test cases use.
 pub fn write_tensor_file(path: &Path, name: &str, t: &Tensor) -> Result<(), OnnxError> {
     use prost::Message as _;
+    let proto = tensor_proto(name, t)?;
+    std::fs::write(path, proto.encode_to_vec()).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `t` as an ONNX `TensorProto` named `name`, with raw little-endian data.
+pub(crate) fn tensor_proto(
+    name: &str,
+    t: &Tensor,
+) -> Result<tract_onnx::pb::TensorProto, OnnxError> {
     let data_type = match t.datum_type() {
         DatumType::F32 => 1,
         DatumType::U8 => 2,
@@ -133,16 +145,12 @@ pub fn write_tensor_file(path: &Path, name: &str, t: &Tensor) -> Result<(), Onnx
             })
         }
     };
-    let proto = tract_onnx::pb::TensorProto {
+    Ok(tract_onnx::pb::TensorProto {
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type,
         name: name.to_string(),
         raw_data: t.as_bytes().to_vec(),
         ..Default::default()
-    };
-    std::fs::write(path, proto.encode_to_vec()).map_err(|source| OnnxError::Io {
-        path: path.to_path_buf(),
-        source,
     })
 }
 

@@ -11,6 +11,9 @@
 
 mod alias;
 mod attrs;
+mod bind;
+mod channels;
+mod constants;
 mod dag;
 mod dtype;
 mod error;
@@ -21,9 +24,11 @@ mod inputs;
 mod load;
 mod order;
 mod shapes;
+mod unroll;
 
 pub use alias::{Alias, ReuseOptions};
 pub use attrs::Attr;
+pub use constants::{parse_set_arg, read_set_npz, FixedInput, InputValue};
 pub use error::{OnnxError, Stage};
 pub use execute::{run_in_arena, run_reference, ArenaLayout, ArenaRun, Mismatch, POISON};
 pub use graph::{ExecutionOrder, ModelGraph, OpInfo, TensorInfo, TensorRole};

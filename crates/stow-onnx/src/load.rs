@@ -2,7 +2,6 @@ use crate::error::{contain, OnnxError, Stage};
 use crate::graph::{analyse, ExecutionOrder, ModelGraph};
 use crate::shapes::InputShape;
 use prost::Message;
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::infer::Factoid;
@@ -14,6 +13,9 @@ pub struct LoadOptions {
     pub inputs: Vec<InputShape>,
     /// Values for symbolic dimensions, by symbol name.
     pub dims: Vec<(String, i64)>,
+    /// Graph inputs made constants (`--set`): they fold away and are not
+    /// inputs of the compiled model.
+    pub constants: Vec<crate::FixedInput>,
     /// Which byte sharing beyond lifetimes to apply.
     pub reuse: crate::ReuseOptions,
 }
@@ -21,54 +23,27 @@ pub struct LoadOptions {
 /// Loads `path`, fixes its input shapes, declutters it and records every
 /// tensor and operator in execution order.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let proto = tract_onnx::pb::ModelProto::decode(&bytes[..]).map_err(|e| OnnxError::NotOnnx {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    drop(bytes);
-    let Some(graph) = &proto.graph else {
-        return Err(OnnxError::NotOnnx {
-            path: path.to_path_buf(),
-            reason: "no graph in the file".into(),
-        });
+    let typed = match typed_model(path, options, false) {
+        // Shapes recorded in `value_info` for other input shapes than the
+        // ones fixed contradict what tract infers: they are hints, so drop
+        // them rather than fail.
+        Err(
+            first @ OnnxError::Tract {
+                stage: Stage::ShapeInference,
+                ..
+            },
+        ) => typed_model(path, options, true).map_err(|_| first)?,
+        other => other?,
     };
-    crate::external::check(path, graph)?;
-    let model_dir = path
-        .parent()
-        .and_then(|d| d.to_str())
-        .map(|d| if d.is_empty() { "." } else { d });
-    let model = contain(Stage::Parse, || {
-        let parsed = tract_onnx::onnx()
-            .parse(&proto, model_dir)
-            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
-        if !parsed.unresolved_inputs.is_empty() {
-            return Err(OnnxError::Tract {
-                stage: Stage::Parse,
-                node: None,
-                message: format!(
-                    "values used but never defined: {}",
-                    parsed.unresolved_inputs.join(", ")
-                ),
-            });
-        }
-        Ok(parsed.model)
-    })?;
-    drop(proto);
-    reject_unimplemented(&model)?;
-    let model = fix_inputs(model, options)?;
-    let typed = contain(Stage::ShapeInference, || {
-        model
-            .into_typed()
-            .map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
-    })?;
+    let output_names = crate::graph::output_names(&typed)?;
     let decluttered = contain(Stage::Declutter, || {
-        typed
+        let mut model = typed
             .into_decluttered()
-            .map_err(|e| OnnxError::tract(Stage::Declutter, e))
+            .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
+        crate::unroll::unroll_loops(&mut model)?;
+        crate::channels::channels_first(&mut model)?;
+        crate::graph::name_outputs(&mut model, &output_names)?;
+        Ok(model)
     })?;
     // Record the model under every order; keep the one whose arena lower
     // bound (after aliasing) is smallest, tract's RAM order on ties.
@@ -87,6 +62,72 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
     let mut graph = best.ok_or_else(|| OnnxError::tract(Stage::Analysis, "no execution order"))?;
     graph.order_bounds = bounds;
     Ok(graph)
+}
+
+/// Reads and parses `path` with every symbol the options bind replaced by
+/// its value, fixes the input facts and infers every shape.
+fn typed_model(
+    path: &Path,
+    options: &LoadOptions,
+    ignore_value_info: bool,
+) -> Result<TypedModel, OnnxError> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut proto =
+        tract_onnx::pb::ModelProto::decode(&bytes[..]).map_err(|e| OnnxError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    drop(bytes);
+    let Some(graph) = proto.graph.as_mut() else {
+        return Err(OnnxError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: "no graph in the file".into(),
+        });
+    };
+    crate::external::check(path, graph)?;
+    for c in &options.constants {
+        if options.inputs.iter().any(|i| i.name == c.name) {
+            return Err(OnnxError::BadArgument(format!(
+                "input `{}` is given both a shape (--input) and a value (--set)",
+                c.name
+            )));
+        }
+    }
+    crate::constants::apply(graph, &options.constants)?;
+    let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
+    crate::bind::substitute(graph, &values);
+    let model_dir = path
+        .parent()
+        .and_then(|d| d.to_str())
+        .map(|d| if d.is_empty() { "." } else { d });
+    let model = contain(Stage::Parse, || {
+        let parsed = tract_onnx::onnx()
+            .with_ignore_value_info(ignore_value_info)
+            .parse(&proto, model_dir)
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+        if !parsed.unresolved_inputs.is_empty() {
+            return Err(OnnxError::Tract {
+                stage: Stage::Parse,
+                node: None,
+                message: format!(
+                    "values used but never defined: {}",
+                    parsed.unresolved_inputs.join(", ")
+                ),
+            });
+        }
+        Ok(parsed.model)
+    })?;
+    drop(proto);
+    reject_unimplemented(&model)?;
+    let model = fix_inputs(model, options)?;
+    contain(Stage::ShapeInference, || {
+        model
+            .into_typed()
+            .map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
+    })
 }
 
 fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {
@@ -128,12 +169,9 @@ fn fix_inputs(
             )));
         }
     }
-    let mut values = SymbolValues::default();
-    let mut unused_dims: BTreeSet<&str> = options.dims.iter().map(|(s, _)| s.as_str()).collect();
-    let by_name: BTreeMap<&str, i64> = options.dims.iter().map(|(s, v)| (s.as_str(), *v)).collect();
-    for (symbol, value) in &options.dims {
-        values.set(&model.symbols.sym(symbol), *value);
-    }
+    // Symbols bound by `--input` and `--dim` were replaced by their values
+    // before parsing ([`crate::bind`]): any symbol left is unbound.
+    let values = SymbolValues::default();
     for (ix, name) in input_names.iter().enumerate() {
         let fact = model
             .input_fact(ix)
@@ -151,16 +189,11 @@ fn fix_inputs(
             })?;
             let mut dims = Vec::with_capacity(shape.len());
             for d in shape.iter() {
-                for sym in d.symbols() {
-                    let sym_name = sym.to_string();
-                    if by_name.contains_key(sym_name.as_str()) {
-                        unused_dims.remove(sym_name.as_str());
-                    } else {
-                        return Err(OnnxError::UnresolvedSymbol {
-                            input: name.clone(),
-                            symbol: sym_name,
-                        });
-                    }
+                if let Some(sym) = d.symbols().into_iter().next() {
+                    return Err(OnnxError::UnresolvedSymbol {
+                        input: name.clone(),
+                        symbol: sym.to_string(),
+                    });
                 }
                 let v = d.eval(&values).to_i64().map_err(|_| {
                     OnnxError::BadArgument(format!(
@@ -179,11 +212,6 @@ fn fix_inputs(
         model
             .set_input_fact(ix, InferenceFact::dt_shape(dt, dims))
             .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
-    }
-    if let Some(sym) = unused_dims.into_iter().next() {
-        return Err(OnnxError::BadArgument(format!(
-            "--dim `{sym}`: no input of the model uses a symbol of that name"
-        )));
     }
     Ok(model)
 }

@@ -26,6 +26,8 @@ pub struct Args {
     /// Give a symbolic dimension a value, e.g. `N=1` (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
+    #[command(flatten)]
+    pub constants: crate::cmd::frontend::ConstantArgs,
     /// Plan the Stowage runtime's kernel scratch (the packing buffers of
     /// convolutions and matrix products) into the arena for this many
     /// threads; `stow run` with more threads allocates the rest at setup.
@@ -75,7 +77,7 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
-    let options = load_options(&args.inputs, &args.dims, args.reuse)?;
+    let options = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
     let mut graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("compiling {}", args.model.display()))?;
     if args.threads > 0 {

@@ -40,13 +40,44 @@ impl ReuseArgs {
     }
 }
 
-/// Frontend options from `--input`, `--dim` and the reuse switches.
+/// Graph inputs made constants.
+#[derive(clap::Args, Clone, Default)]
+pub struct ConstantArgs {
+    /// Make a graph input a constant, e.g. `sr=16000` or `mode=1,0,0`
+    /// (repeatable): it folds away with everything that depends only on
+    /// it (an `If` on it keeps one branch) and is no longer an input.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub set: Vec<String>,
+    /// Make every graph input named by an array of this `.npz` archive a
+    /// constant with that array's value.
+    #[arg(long = "set-npz", value_name = "FILE.npz")]
+    pub set_npz: Vec<std::path::PathBuf>,
+}
+
+impl ConstantArgs {
+    /// The fixed inputs, in the order given.
+    pub fn fixed(&self) -> Result<Vec<stow_onnx::FixedInput>> {
+        let mut fixed: Vec<stow_onnx::FixedInput> = self
+            .set
+            .iter()
+            .map(|a| stow_onnx::parse_set_arg(a))
+            .collect::<Result<_, _>>()?;
+        for path in &self.set_npz {
+            fixed.extend(stow_onnx::read_set_npz(path)?);
+        }
+        Ok(fixed)
+    }
+}
+
+/// Frontend options from `--input`, `--dim`, `--set` and the reuse switches.
 pub(crate) fn load_options(
     inputs: &[String],
     dims: &[String],
+    constants: &ConstantArgs,
     reuse: ReuseArgs,
 ) -> Result<LoadOptions> {
     Ok(LoadOptions {
+        constants: constants.fixed()?,
         inputs: inputs
             .iter()
             .map(|a| parse_input_arg(a))

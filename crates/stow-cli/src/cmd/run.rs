@@ -39,6 +39,10 @@ pub struct Args {
     /// `--tolerance`.
     #[arg(long, value_name = "MODEL.onnx")]
     pub check: Option<PathBuf>,
+    /// With `--check`: the inputs made constants when the bundle was
+    /// compiled, as given to `stow compile`.
+    #[command(flatten)]
+    pub constants: crate::cmd::frontend::ConstantArgs,
     /// Largest error `--check` accepts, relative to the output's scale:
     /// max |a−b| over the elements divided by max |b|.
     #[arg(long, default_value_t = 1e-5)]
@@ -257,13 +261,10 @@ pub fn run(args: Args) -> Result<()> {
                 .into_iter()
                 .map(|(name, _, dims)| InputShape { name, dims })
                 .collect(),
+            constants: args.constants.fixed()?,
             ..Default::default()
         };
-        // The bundle's input names are tract's outlet labels, which may
-        // differ from the model's input names: then load the model with
-        // its own shapes.
         let graph = stow_onnx::load(model, &options)
-            .or_else(|_| stow_onnx::load(model, &LoadOptions::default()))
             .with_context(|| format!("loading {}", model.display()))?;
         let reference = stow_onnx::run_reference(&graph, &inputs).context("running tract")?;
         if reference.len() != outs.len() {

@@ -20,6 +20,8 @@ pub struct Args {
     /// Give a symbolic dimension a value, as given to `stow compile` (repeatable).
     #[arg(long = "dim", value_name = "SYMBOL=VALUE")]
     pub dims: Vec<String>,
+    #[command(flatten)]
+    pub constants: crate::cmd::frontend::ConstantArgs,
     /// Inputs: a numpy `.npz` archive (arrays named after the inputs, or
     /// `arr_0`, `arr_1`, ...), or a directory of `input_N.pb` tensors (ONNX
     /// test-case layout); when the directory also holds `output_N.pb`,
@@ -95,7 +97,7 @@ fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
 /// Runs `stow verify`.
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let options = load_options(&args.inputs, &args.dims, args.reuse)?;
+    let options = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
     let mut graph = stow_onnx::load(&args.model, &options)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let bundle = stow_runtime::Bundle::open(&args.bundle)

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod recurrent;
 
 mod prepare;
 mod run;
@@ -219,6 +220,10 @@ pub enum Kernel {
     Tile(Walk<2>, Vec<[usize; 2]>),
     /// Matrix product.
     MatMul(MatMul),
+    /// An LSTM step's gates, for this hidden size.
+    LstmEpilogue(usize),
+    /// A GRU step's gates, for this hidden size.
+    GruEpilogue(usize),
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

@@ -169,6 +169,8 @@ pub struct Window {
     pub dilations: [usize; 3],
     /// Padding before (front, top, left).
     pub pad: [usize; 3],
+    /// Padding after (back, bottom, right).
+    pub pad_after: [usize; 3],
 }
 
 impl Window {
@@ -188,6 +190,22 @@ impl Window {
             hi -= 1;
         }
         (lo, hi)
+    }
+
+    /// Taps of the window at output position `o` along `axis` that land
+    /// inside the input or its padding: what an average that counts
+    /// padding divides by. A window that ceil mode lets run past the
+    /// padding does not count what lies beyond it.
+    pub fn padded_taps(&self, axis: usize, o: usize) -> usize {
+        let start = (o * self.strides[axis]) as isize - self.pad[axis] as isize;
+        let d = self.dilations[axis] as isize;
+        let (lo, hi) = (
+            -(self.pad[axis] as isize),
+            (self.input[axis] + self.pad_after[axis]) as isize,
+        );
+        (0..self.kernel[axis])
+            .filter(|&k| (lo..hi).contains(&(start + k as isize * d)))
+            .count()
     }
 
     /// Input coordinate of tap `tap` of output position `o` along `axis`
@@ -226,7 +244,6 @@ pub enum Pool {
 pub fn pool(kind: Pool, w: &Window, x: impl Load<f32>, out: &[Cell<f32>]) {
     let [_, ih, iw] = w.input;
     let [od, oh, ow] = w.output;
-    let full: usize = w.kernel.iter().product();
     for plane in 0..w.planes {
         let xb = plane * w.input_plane();
         let ob = plane * w.output_plane();
@@ -259,7 +276,7 @@ pub fn pool(kind: Pool, w: &Window, x: impl Load<f32>, out: &[Cell<f32>]) {
                     } = kind
                     {
                         let count = if count_include_pad {
-                            full
+                            w.padded_taps(0, oz) * w.padded_taps(1, oy) * w.padded_taps(2, ox)
                         } else {
                             (kz1 - kz0) * (ky1 - ky0) * (kx1 - kx0)
                         };

@@ -197,10 +197,9 @@ pub fn prepare(
         return binary(b, ins, outs).map(|k| (k, 0));
     }
     match op.op_type.as_str() {
-        "AddAxis" | "RmAxis" | "Reshape" | "IntoShape" | "MoveAxis" | "Slice" | "Downsample"
-        | "NearestUpsample" | "Tile" | "Pad" | "Concat" | "TypedConcat" | "Gather" => {
-            data_movement(op, ins, outs)
-        }
+        "AddAxis" | "RmAxis" | "Reshape" | "IntoShape" | "Identity" | "MoveAxis" | "Slice"
+        | "Downsample" | "NearestUpsample" | "Tile" | "Pad" | "Concat" | "TypedConcat"
+        | "Gather" => data_movement(op, ins, outs),
         "LeakyRelu" => {
             arity(ins, outs, 1)?;
             all_f32(ins, outs)?;
@@ -292,6 +291,38 @@ pub fn prepare(
             };
             Ok((Kernel::Pool(kind, window), 0))
         }
+        "LstmEpilogue" => {
+            let hidden = attr_int(op, "hidden")? as usize;
+            want(ins.len() == 2 && outs.len() == 2, || {
+                "LstmEpilogue takes 2 inputs and makes 2 outputs".into()
+            })?;
+            all_f32(ins, outs)?;
+            let cells = ins[1].len;
+            want(
+                hidden > 0
+                    && cells % hidden == 0
+                    && ins[0].len == cells * 4
+                    && outs[0].len == cells
+                    && outs[1].len == cells,
+                || format!("LstmEpilogue sizes for hidden size {hidden}"),
+            )?;
+            Ok((Kernel::LstmEpilogue(hidden), 0))
+        }
+        "GruEpilogue" => {
+            let hidden = attr_int(op, "hidden")? as usize;
+            arity(ins, outs, 3)?;
+            all_f32(ins, outs)?;
+            let cells = ins[2].len;
+            want(
+                hidden > 0
+                    && cells % hidden == 0
+                    && ins[0].len == cells * 3
+                    && ins[1].len == cells * 3
+                    && outs[0].len == cells,
+                || format!("GruEpilogue sizes for hidden size {hidden}"),
+            )?;
+            Ok((Kernel::GruEpilogue(hidden), 0))
+        }
         "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs),
         other => Err(format!("no kernel for `{other}`")),
@@ -306,7 +337,7 @@ fn data_movement(
     outs: &[Operand<'_>],
 ) -> Result<(Kernel, usize), String> {
     match op.op_type.as_str() {
-        "AddAxis" | "RmAxis" | "Reshape" | "IntoShape" => {
+        "AddAxis" | "RmAxis" | "Reshape" | "IntoShape" | "Identity" => {
             arity(ins, outs, 1)?;
             want(
                 ins[0].len == outs[0].len && ins[0].dtype == outs[0].dtype,
@@ -756,8 +787,26 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
             })
             .collect(),
     };
-    want(pad_before.len() == spatial, || "pads".into())?;
-    want(sane(&pad_before), || "padding out of range".into())?;
+    let pad_after: Vec<usize> = match attr_text(op, "padding")? {
+        "explicit" => attr_ints(op, "pads_after")?,
+        "valid" => vec![0; spatial],
+        _ => (0..spatial)
+            .map(|i| {
+                let need = (output[lead + i].max(1) - 1) * strides[i]
+                    + (kernel[i].max(1) - 1) * dilations[i]
+                    + 1;
+                need.saturating_sub(input[lead + i])
+                    .saturating_sub(pad_before.get(i).copied().unwrap_or(0))
+            })
+            .collect(),
+    };
+    want(
+        pad_before.len() == spatial && pad_after.len() == spatial,
+        || "pads".into(),
+    )?;
+    want(sane(&pad_before) && sane(&pad_after), || {
+        "padding out of range".into()
+    })?;
     // 1-d and 2-d ops run as 3-d ones with leading dimensions of 1.
     let two = |v: &[usize], one: usize| -> [usize; 3] {
         std::array::from_fn(|a| {
@@ -777,6 +826,7 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
         strides: two(&strides, 1),
         dilations: two(&dilations, 1),
         pad: two(&pad_before, 0),
+        pad_after: two(&pad_after, 0),
     };
     want(w.strides.iter().chain(&w.dilations).all(|&s| s > 0), || {
         "zero stride".into()

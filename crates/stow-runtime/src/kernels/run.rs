@@ -3,7 +3,9 @@
 
 use super::cells::{self, typed, Src};
 use super::layout::Walk;
-use super::{elementwise, gemm, linalg, movement, nn, BinOp, Kernel, Loc, MatMul, Operand, Step};
+use super::{
+    elementwise, gemm, linalg, movement, nn, recurrent, BinOp, Kernel, Loc, MatMul, Operand, Step,
+};
 use std::cell::Cell;
 use stow_bundle::DType;
 
@@ -337,6 +339,24 @@ pub fn run_part(
                 copy_into(v, walk, *base, &ins[0], o)?
             }
         }
+        Kernel::LstmEpilogue(hidden) => {
+            crate::with_load!(v.src(&ins[0])?, |pre| crate::with_load!(
+                v.src(&ins[1])?,
+                |c| recurrent::lstm_epilogue(*hidden, pre, c, v.dst(&outs[0])?, v.dst(&outs[1])?)
+            ))
+        }
+        Kernel::GruEpilogue(hidden) => {
+            crate::with_load!(v.src(&ins[0])?, |xh| crate::with_load!(
+                v.src(&ins[1])?,
+                |rh| crate::with_load!(v.src(&ins[2])?, |h| recurrent::gru_epilogue(
+                    *hidden,
+                    xh,
+                    rh,
+                    h,
+                    v.dst(&outs[0])?
+                ))
+            ))
+        }
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,
@@ -422,10 +442,13 @@ fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
         }
     } else {
         for j in cols {
-            let sum = (0..k)
+            let sum: f32 = (0..k)
                 .map(|p| a.load(oa + p * sa) * b.load(ob + p * bk + j * bn))
                 .sum();
-            c.data[c.offset + j * c.cs].set(sum);
+            // Accumulate: batch positions that walk a k axis add into the
+            // same outputs.
+            let cell = &c.data[c.offset + j * c.cs];
+            cell.set(cell.get() + sum);
         }
     }
 }

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Generate the regression cases under testdata/regress/.
+
+Each case is a directory in the layout of the ONNX backend test data:
+`model.onnx`, `input_N.pb`, the expected `output_N.pb`, and optionally
+`args.txt` (extra `stow compile` arguments, one per line). Expected outputs
+come from a third party, never from Stowage or tract: onnxruntime for the
+models built here, and the `onnx` package's own expected outputs for cases
+taken from its node test suite. `crates/stow-cli/tests/regress.rs` compiles
+each case, runs the bundle and compares.
+
+Each case is a bug seen on a real model, reduced to a few nodes.
+
+    python3 tools/gen_regress.py [--out DIR] [--only NAME ...]
+
+Needs numpy, onnx and onnxruntime.
+"""
+import argparse
+import os
+import shutil
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+
+
+def model_of(nodes, inputs, outputs, inits=(), value_info=(), opset=OPSET):
+    graph = helper.make_graph(nodes, "regress", inputs, outputs, initializer=list(inits),
+                              value_info=list(value_info))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+def weight(rng, name, shape, scale=0.5):
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def dense_head(perm):
+    """Conv -> PRelu -> Transpose(perm) -> Reshape [1,-1] -> Gemm(transB=1):
+    the classifier head of conv nets exported from PyTorch (permute, flatten,
+    Linear)."""
+    rng = np.random.default_rng(17)
+    c, h, w, out = 4, 3, 5, 6
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("PRelu", ["conv", "slope"], ["act"]),
+        helper.make_node("Transpose", ["act"], ["moved"], perm=perm),
+        helper.make_node("Reshape", ["moved", "flat_shape"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    inits = [
+        weight(rng, "conv_w", [c, 2, 3, 3]),
+        weight(rng, "conv_b", [c]),
+        numpy_helper.from_array((0.25 * rng.random([c, 1, 1])).astype(np.float32), "slope"),
+        numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "flat_shape"),
+        weight(rng, "fc_w", [out, c * h * w]),
+        weight(rng, "fc_b", [out]),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, h, w])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out])], inits)
+    return model, {"x": rng.standard_normal([1, 2, h, w]).astype(np.float32)}, []
+
+
+def dense_head_0321():
+    return dense_head([0, 3, 2, 1])
+
+
+def dense_head_0231():
+    return dense_head([0, 2, 3, 1])
+
+
+def input_through_identity_transpose():
+    """A graph input that feeds an identity Transpose first: the bundle's
+    input must keep the graph's name `x`, not the Transpose's output's."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    x = np.random.default_rng(3).standard_normal([3, 4]).astype(np.float32)
+    return model, {"x": x}, []
+
+
+def symbolic_value_info():
+    """Declared shapes use the symbol `batch_size` in the input, in
+    value_info and in the output; `--input x=2x3x4` must bind it
+    everywhere."""
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=0),
+    ]
+    inits = [weight(rng, "w", [4, 5]), numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")]
+    value_info = [
+        helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch_size", "seq", 5]),
+        helper.make_tensor_value_info("r", TensorProto.FLOAT, ["batch_size", "seq", 5]),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch_size", "seq", 4])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch_size", 5])], inits,
+                     value_info)
+    x = rng.standard_normal([2, 3, 4]).astype(np.float32)
+    return model, {"x": x}, ["--input", "x=2x3x4"]
+
+
+def stale_value_info():
+    """value_info recorded for another batch size (1) than the one compiled
+    (2): it contradicts the fixed shapes and must be dropped, not fail."""
+    model, feeds, _ = symbolic_value_info()
+    for info in model.graph.value_info:
+        info.type.tensor_type.shape.dim[0].dim_value = 1
+        info.type.tensor_type.shape.dim[1].dim_value = 3
+    return model, feeds, ["--input", "x=2x3x4"]
+
+
+BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
+         stale_value_info]
+
+# Cases of the onnx package's node suite, with its expected outputs.
+NODE_CASES = [
+    "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True",
+    "test_constant",
+    "test_dropout_default_mask",
+]
+
+
+def write_case(out, name, model, feeds, expected, args):
+    case = os.path.join(out, name)
+    shutil.rmtree(case, ignore_errors=True)
+    os.makedirs(case)
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(case, "model.onnx"))
+    for i, (input_name, value) in enumerate(feeds):
+        tensor = numpy_helper.from_array(value, input_name)
+        with open(os.path.join(case, f"input_{i}.pb"), "wb") as f:
+            f.write(tensor.SerializeToString())
+    for i, (output_name, value) in enumerate(expected):
+        tensor = numpy_helper.from_array(value, output_name)
+        with open(os.path.join(case, f"output_{i}.pb"), "wb") as f:
+            f.write(tensor.SerializeToString())
+    if args:
+        with open(os.path.join(case, "args.txt"), "w") as f:
+            f.write("\n".join(args) + "\n")
+    size = sum(os.path.getsize(os.path.join(case, f)) for f in os.listdir(case))
+    print(f"{case}: {size:,} bytes")
+
+
+def built_case(out, make):
+    import onnxruntime as ort
+
+    model, feeds, args = make()
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outputs = session.run(None, feeds)
+    names = [o.name for o in session.get_outputs()]
+    write_case(out, make.__name__, model, list(feeds.items()), list(zip(names, outputs)), args)
+
+
+def node_cases(out, names):
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        # The generators divide by zero on purpose for their inf cases.
+        warnings.simplefilter("ignore")
+        cases = {case.name: case for case in collect_testcases()}
+    for name in names:
+        case = cases.get(name)
+        if case is None:
+            raise SystemExit(f"no node case named {name}")
+        model = case.model
+        inputs, outputs = case.data_sets[0]
+        graph_inputs = [i.name for i in model.graph.input
+                        if i.name not in {t.name for t in model.graph.initializer}]
+        feeds = list(zip(graph_inputs, inputs))
+        expected = list(zip([o.name for o in model.graph.output], outputs))
+        write_case(out, name.removeprefix("test_"), model, feeds, expected, [])
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(here, "..", "testdata", "regress"))
+    parser.add_argument("--only", action="append", metavar="NAME", help="generate only this case (repeatable)")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for make in BUILT:
+        if not args.only or make.__name__ in args.only:
+            built_case(args.out, make)
+    wanted = [n for n in NODE_CASES if not args.only or n.removeprefix("test_") in args.only]
+    if wanted:
+        node_cases(args.out, wanted)
+
+
+if __name__ == "__main__":
+    main()
