@@ -118,8 +118,105 @@ def stale_value_info():
     return model, feeds, ["--input", "x=2x3x4"]
 
 
+def recurrent(op, direction, **attrs):
+    """One recurrent layer over 5 steps of 3 features, hidden size 4, with
+    initial states, every output exposed."""
+    rng = np.random.default_rng(23)
+    steps, batch, features, hidden = 5, 2, 3, 4
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    inits = [
+        weight(rng, "W", [dirs, gates * hidden, features]),
+        weight(rng, "R", [dirs, gates * hidden, hidden]),
+        weight(rng, "B", [dirs, 2 * gates * hidden]),
+    ]
+    inputs = ["x", "W", "R", "B", "", "h0"] + (["c0"] if op == "LSTM" else [])
+    outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, inputs, outputs, hidden_size=hidden, direction=direction, **attrs)
+    state = [dirs, batch, hidden]
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, features]),
+                    helper.make_tensor_value_info("h0", TensorProto.FLOAT, state)]
+    feeds = {"x": rng.standard_normal([steps, batch, features]).astype(np.float32),
+             "h0": (0.5 * rng.standard_normal(state)).astype(np.float32)}
+    if op == "LSTM":
+        graph_inputs.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, state))
+        feeds["c0"] = (0.5 * rng.standard_normal(state)).astype(np.float32)
+    graph_outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, dirs, batch, hidden])] + [
+        helper.make_tensor_value_info(o, TensorProto.FLOAT, state) for o in outputs[1:]]
+    return model_of([node], graph_inputs, graph_outputs, inits), feeds, []
+
+
+def lstm_forward():
+    return recurrent("LSTM", "forward")
+
+
+def lstm_reverse():
+    return recurrent("LSTM", "reverse")
+
+
+def lstm_bidirectional():
+    return recurrent("LSTM", "bidirectional")
+
+
+def gru_forward():
+    return recurrent("GRU", "forward")
+
+
+def gru_reverse():
+    return recurrent("GRU", "reverse")
+
+
+def rnn_bidirectional():
+    return recurrent("RNN", "bidirectional")
+
+
+def branches(cond_nodes, cond_inputs):
+    then_graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["then_out"])], "then", [],
+        [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")])
+    else_graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "one"], ["else_out"])], "else", [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one")])
+    nodes = cond_nodes + [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph,
+                                           else_branch=else_graph)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])] + cond_inputs
+    return model_of(nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+
+
+def if_on_a_set_input():
+    """An If on a sample-rate input: `--set sr=16000` folds it (the bundle
+    has no `sr` input)."""
+    model = branches([helper.make_node("Equal", ["sr", "rate"], ["cond"])],
+                     [helper.make_tensor_value_info("sr", TensorProto.INT64, [])])
+    model.graph.initializer.append(numpy_helper.from_array(np.array(16000, dtype=np.int64), "rate"))
+    x = np.random.default_rng(7).standard_normal([2, 3]).astype(np.float32)
+    return model, {"x": x}, ["--set", "sr=16000"], {"sr": np.array(16000, dtype=np.int64)}
+
+
+def if_on_the_data(sign):
+    model = branches([helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                      helper.make_node("Greater", ["total", "zero"], ["cond"])], [])
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"))
+    x = np.abs(np.random.default_rng(9).standard_normal([2, 3]).astype(np.float32)) * sign
+    return model, {"x": x}, []
+
+
+def if_on_the_data_true():
+    """A data-dependent If whose condition holds: both branches run, the
+    select keeps `then`."""
+    return if_on_the_data(1.0)
+
+
+def if_on_the_data_false():
+    return if_on_the_data(-1.0)
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
-         stale_value_info]
+         stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
+         gru_reverse, rnn_bidirectional, if_on_a_set_input,
+         if_on_the_data_true, if_on_the_data_false]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [
@@ -153,9 +250,13 @@ def write_case(out, name, model, feeds, expected, args):
 def built_case(out, make):
     import onnxruntime as ort
 
-    model, feeds, args = make()
+    made = make()
+    model, feeds, args = made[:3]
+    # Inputs fixed with --set are fed to onnxruntime but are not inputs of
+    # the bundle.
+    fixed = made[3] if len(made) > 3 else {}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outputs = session.run(None, feeds)
+    outputs = session.run(None, {**feeds, **fixed})
     names = [o.name for o in session.get_outputs()]
     write_case(out, make.__name__, model, list(feeds.items()), list(zip(names, outputs)), args)
 

@@ -88,16 +88,29 @@ fn run_case(case: &Path, threads: &str) -> Result<(), String> {
         "-o".into(),
         bundle.display().to_string(),
     ];
-    if let Ok(extra) = std::fs::read_to_string(case.join("args.txt")) {
-        args.extend(extra.lines().filter(|l| !l.is_empty()).map(String::from));
-    }
+    let extra: Vec<String> = std::fs::read_to_string(case.join("args.txt"))
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    // Inputs made constants with `--set` are not inputs of the bundle.
+    let constants: Vec<String> = extra
+        .windows(2)
+        .filter(|w| w[0] == "--set")
+        .filter_map(|w| w[1].split_once('=').map(|(n, _)| n.to_string()))
+        .collect();
+    args.extend(extra);
     let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     let o = stow(&refs);
     if !o.status.success() {
         return Err(format!("compile failed: {}", stderr(&o)));
     }
     let opened = stow_runtime::Bundle::open(&bundle).map_err(|e| e.to_string())?;
-    let (want_in, want_out) = graph_names(&model);
+    let (mut want_in, want_out) = graph_names(&model);
+    want_in.retain(|n| !constants.contains(n));
     let got_in: Vec<String> = opened.inputs().map(|t| t.name().to_string()).collect();
     let got_out: Vec<String> = opened.outputs().map(|t| t.name().to_string()).collect();
     if got_in != want_in || got_out != want_out {

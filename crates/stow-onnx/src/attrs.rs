@@ -169,6 +169,19 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("mini_op".into(), Attr::Text(ew.0.name().to_string())));
         if let Some(leaky) = ew.0.downcast_ref::<ops::nn::LeakyRelu>() {
             out.push(("alpha".into(), Attr::Float(leaky.alpha)));
+        } else if let Some(pow) = ew.0.downcast_ref::<ops::math::PowConst>() {
+            out.push(("exponent".into(), Attr::Float(pow.exponent)));
+        } else if let Some(inf) = ew.0.downcast_ref::<ops::math::IsInf>() {
+            out.push((
+                "detect_positive".into(),
+                Attr::Int(inf.detect_positive as i64),
+            ));
+            out.push((
+                "detect_negative".into(),
+                Attr::Int(inf.detect_negative as i64),
+            ));
+        } else if let Some(gelu) = ew.0.downcast_ref::<ops::nn::GeluApproximate>() {
+            out.push(("fast_impl".into(), Attr::Int(gelu.fast_impl as i64)));
         }
     } else if let Some(cell) = any.downcast_ref::<ops::lstm_cell::LstmEpilogue>() {
         out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));

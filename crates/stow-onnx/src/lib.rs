@@ -12,6 +12,7 @@
 mod alias;
 mod attrs;
 mod bind;
+mod branches;
 mod channels;
 mod constants;
 mod dag;
@@ -19,10 +20,13 @@ mod dtype;
 mod error;
 mod execute;
 mod external;
+mod fold;
 mod graph;
 mod inputs;
 mod load;
 mod order;
+mod recurrent;
+mod reverse;
 mod shapes;
 mod unroll;
 

@@ -40,8 +40,13 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         let mut model = typed
             .into_decluttered()
             .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
-        crate::unroll::unroll_loops(&mut model)?;
+        // Loops and data-dependent branches become straight lines of
+        // steps; each may uncover more of the other in its bodies.
+        while crate::unroll::unroll_loops(&mut model)?
+            | crate::branches::select_branches(&mut model)?
+        {}
         crate::channels::channels_first(&mut model)?;
+        crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::graph::name_outputs(&mut model, &output_names)?;
         Ok(model)
     })?;
@@ -97,12 +102,31 @@ fn typed_model(
         }
     }
     crate::constants::apply(graph, &options.constants)?;
+    crate::recurrent::reverse_layers_forward(graph)?;
     let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
     crate::bind::substitute(graph, &values);
+    crate::fold::fold_constant_branches(graph, &Default::default())?;
     let model_dir = path
         .parent()
         .and_then(|d| d.to_str())
         .map(|d| if d.is_empty() { "." } else { d });
+    // An `If` on a shape (`squeeze(dim)` exported from PyTorch) has a
+    // known condition once the inputs' shapes are fixed, but tract types
+    // both branches, whose shapes then differ, before folding it. Let
+    // tract's inference find such conditions, fold them here, and parse
+    // again.
+    for _ in 0..4 {
+        if !proto.graph.as_ref().is_some_and(crate::fold::has_branches) {
+            break;
+        }
+        let conditions = inferred_conditions(&proto, model_dir, options);
+        let Some(graph) = proto.graph.as_mut() else {
+            break;
+        };
+        if conditions.is_empty() || crate::fold::fold_constant_branches(graph, &conditions)? == 0 {
+            break;
+        }
+    }
     let model = contain(Stage::Parse, || {
         let parsed = tract_onnx::onnx()
             .with_ignore_value_info(ignore_value_info)
@@ -128,6 +152,39 @@ fn typed_model(
             .into_typed()
             .map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
     })
+}
+
+/// The conditions of `If` nodes that tract's inference (which propagates
+/// values through shapes) finds constant for the fixed input shapes, by
+/// node name. Best effort: a model tract cannot analyse gives none.
+fn inferred_conditions(
+    proto: &tract_onnx::pb::ModelProto,
+    model_dir: Option<&str>,
+    options: &LoadOptions,
+) -> std::collections::HashMap<String, bool> {
+    let found = contain(Stage::Parse, || {
+        let parsed = tract_onnx::onnx()
+            .parse(proto, model_dir)
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+        let mut model = fix_inputs(parsed.model, options)?;
+        let _ = model.analyse(true);
+        let mut conditions = std::collections::HashMap::new();
+        for node in model.nodes() {
+            if node.op.name() != "If" {
+                continue;
+            }
+            let value = node
+                .inputs
+                .first()
+                .and_then(|o| model.outlet_fact(*o).ok())
+                .and_then(|f| f.value.concretize());
+            if let Some(cond) = value.and_then(|v| v.cast_to_scalar::<bool>().ok()) {
+                conditions.insert(node.name.clone(), cond);
+            }
+        }
+        Ok(conditions)
+    });
+    found.unwrap_or_default()
 }
 
 fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {

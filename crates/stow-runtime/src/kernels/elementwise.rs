@@ -52,6 +52,26 @@ pub enum Unary {
     Sign,
     /// x²
     Square,
+    /// tan x
+    Tan,
+    /// asin x
+    Asin,
+    /// acos x
+    Acos,
+    /// atan x
+    Atan,
+    /// sinh x
+    Sinh,
+    /// cosh x
+    Cosh,
+    /// asinh x
+    Asinh,
+    /// acosh x
+    Acosh,
+    /// atanh x
+    Atanh,
+    /// Gelu with the tanh approximation, ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+    GeluTanh,
 }
 
 impl Unary {
@@ -80,6 +100,15 @@ impl Unary {
             "RoundHalfToEven" => RoundHalfToEven,
             "Sign" => Sign,
             "Square" => Square,
+            "Tan" => Tan,
+            "Asin" => Asin,
+            "Acos" => Acos,
+            "Atan" => Atan,
+            "Sinh" => Sinh,
+            "Cosh" => Cosh,
+            "Asinh" => Asinh,
+            "Acosh" => Acosh,
+            "Atanh" => Atanh,
             _ => return None,
         })
     }
@@ -115,6 +144,19 @@ impl Unary {
                 }
             }
             Square => x * x,
+            Tan => x.tan(),
+            Asin => x.asin(),
+            Acos => x.acos(),
+            Atan => x.atan(),
+            Sinh => x.sinh(),
+            Cosh => x.cosh(),
+            Asinh => x.asinh(),
+            Acosh => x.acosh(),
+            Atanh => x.atanh(),
+            GeluTanh => {
+                let k = (2.0 / std::f32::consts::PI).sqrt();
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            }
         }
     }
 }
@@ -170,7 +212,17 @@ pub fn unary(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
             Round,
             RoundHalfToEven,
             Sign,
-            Square
+            Square,
+            Tan,
+            Asin,
+            Acos,
+            Atan,
+            Sinh,
+            Cosh,
+            Asinh,
+            Acosh,
+            Atanh,
+            GeluTanh
         )
     }
     crate::with_load!(src, |s| go(f, s, out))

@@ -172,6 +172,12 @@ pub enum Kernel {
     Cast,
     /// f32 → bool: is the value NaN.
     IsNan,
+    /// f32 → bool: is the value +∞ (first flag) or −∞ (second).
+    IsInf(bool, bool),
+    /// bool → bool: logical not.
+    Not,
+    /// x^e for a constant e.
+    PowConst(f32),
     /// Copies from input 0 through a walk (destination, source) with base
     /// offsets; `fill` first writes a constant (pad) over the output.
     Copy {

@@ -224,6 +224,46 @@ pub fn prepare(
             let walk = Walk::new(o, [&strides_of(o), &c, &a, &b]).ok_or("rank")?;
             Ok((Kernel::Select(walk), 0))
         }
+        "GeluApproximate" => {
+            arity(ins, outs, 1)?;
+            all_f32(ins, outs)?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            // The fast form squares where the exact one cubes.
+            want(attr_int(op, "fast_impl")? == 0, || {
+                "the fast tanh approximation of Gelu".into()
+            })?;
+            Ok((Kernel::Unary(Unary::GeluTanh), 0))
+        }
+        "PowConst" => {
+            arity(ins, outs, 1)?;
+            all_f32(ins, outs)?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((Kernel::PowConst(attr_float(op, "exponent")?), 0))
+        }
+        "IsInf" => {
+            arity(ins, outs, 1)?;
+            want(
+                ins[0].dtype == DType::F32 && outs[0].dtype == DType::Bool,
+                || "IsInf maps f32 to bool".into(),
+            )?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((
+                Kernel::IsInf(
+                    attr_int(op, "detect_positive")? != 0,
+                    attr_int(op, "detect_negative")? != 0,
+                ),
+                0,
+            ))
+        }
+        "Not" => {
+            arity(ins, outs, 1)?;
+            want(
+                ins[0].dtype == DType::Bool && outs[0].dtype == DType::Bool,
+                || "Not maps bool to bool".into(),
+            )?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((Kernel::Not, 0))
+        }
         "IsNan" => {
             arity(ins, outs, 1)?;
             want(
@@ -300,7 +340,7 @@ pub fn prepare(
             let cells = ins[1].len;
             want(
                 hidden > 0
-                    && cells % hidden == 0
+                    && cells.is_multiple_of(hidden)
                     && ins[0].len == cells * 4
                     && outs[0].len == cells
                     && outs[1].len == cells,
@@ -315,7 +355,7 @@ pub fn prepare(
             let cells = ins[2].len;
             want(
                 hidden > 0
-                    && cells % hidden == 0
+                    && cells.is_multiple_of(hidden)
                     && ins[0].len == cells * 3
                     && ins[1].len == cells * 3
                     && outs[0].len == cells,
@@ -705,17 +745,21 @@ fn binary(b: BinOp, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel,
         DType::F32 | DType::F64 => {
             o.dtype == if b.compares() { DType::Bool } else { x.dtype } && !b.logical()
         }
-        DType::I64 => {
-            o.dtype
-                == if b.compares() {
-                    DType::Bool
-                } else {
-                    DType::I64
-                }
+        DType::I8
+        | DType::I16
+        | DType::I32
+        | DType::I64
+        | DType::U8
+        | DType::U16
+        | DType::U32
+        | DType::U64 => {
+            o.dtype == if b.compares() { DType::Bool } else { x.dtype }
                 && !b.logical()
                 && b != BinOp::Pow
         }
-        DType::Bool => b.logical() && o.dtype == DType::Bool,
+        DType::Bool => {
+            (b.logical() || matches!(b, BinOp::Eq | BinOp::Ne)) && o.dtype == DType::Bool
+        }
         _ => false,
     };
     want(ok, || {

@@ -104,6 +104,60 @@ fn cast(v: &Views<'_>, x: &Operand<'_>, o: &Operand<'_>) -> Result<(), Failure> 
     Ok(())
 }
 
+/// Integer arithmetic as ONNX defines it for fixed-width integers:
+/// wrapping, and division truncating toward zero (a zero divisor gives 0
+/// rather than a trap).
+trait Int: bytemuck::Pod + Ord {
+    fn add(self, c: Self) -> Self;
+    fn sub(self, c: Self) -> Self;
+    fn mul(self, c: Self) -> Self;
+    fn div(self, c: Self) -> Self;
+}
+
+macro_rules! int_ops {
+    ($($t:ty),*) => {$(
+        impl Int for $t {
+            #[inline(always)]
+            fn add(self, c: Self) -> Self { self.wrapping_add(c) }
+            #[inline(always)]
+            fn sub(self, c: Self) -> Self { self.wrapping_sub(c) }
+            #[inline(always)]
+            fn mul(self, c: Self) -> Self { self.wrapping_mul(c) }
+            #[inline(always)]
+            fn div(self, c: Self) -> Self { if c == 0 { 0 } else { self.wrapping_div(c) } }
+        }
+    )*};
+}
+int_ops!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+fn int_binary<T: Int>(
+    v: &Views<'_>,
+    b: BinOp,
+    walk: &Walk<3>,
+    x: &Operand<'_>,
+    y: &Operand<'_>,
+    o: &Operand<'_>,
+) -> Result<(), Failure> {
+    use elementwise::binary as run;
+    use BinOp::*;
+    let (p, q) = (v.src::<T>(x)?, v.src::<T>(y)?);
+    if b.compares() {
+        let out = v.dst::<u8>(o)?;
+        run(walk, p, q, out, move |a: T, c: T| b.compare(a, c));
+        return Ok(());
+    }
+    let out = v.dst::<T>(o)?;
+    match b {
+        Add => run(walk, p, q, out, T::add),
+        Sub => run(walk, p, q, out, T::sub),
+        Mul => run(walk, p, q, out, T::mul),
+        Div => run(walk, p, q, out, T::div),
+        Max => run(walk, p, q, out, T::max),
+        _ => run(walk, p, q, out, T::min),
+    }
+    Ok(())
+}
+
 fn float_binary<F>(
     v: &Views<'_>,
     b: BinOp,
@@ -159,28 +213,20 @@ fn binary_run(
     match x.dtype {
         DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, f32::powf)?,
         DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, f64::powf)?,
-        DType::I64 => {
-            let (p, q) = (v.src::<i64>(x)?, v.src::<i64>(y)?);
-            if b.compares() {
-                let out = v.dst::<u8>(o)?;
-                run(walk, p, q, out, move |a: i64, c: i64| b.compare(a, c));
-            } else {
-                let out = v.dst::<i64>(o)?;
-                match b {
-                    Add => run(walk, p, q, out, i64::wrapping_add),
-                    Sub => run(walk, p, q, out, i64::wrapping_sub),
-                    Mul => run(walk, p, q, out, i64::wrapping_mul),
-                    Div => run(
-                        walk,
-                        p,
-                        q,
-                        out,
-                        |a, c| if c == 0 { 0 } else { a.wrapping_div(c) },
-                    ),
-                    Max => run(walk, p, q, out, i64::max),
-                    _ => run(walk, p, q, out, i64::min),
-                }
-            }
+        DType::I8 => int_binary::<i8>(v, b, walk, x, y, o)?,
+        DType::I16 => int_binary::<i16>(v, b, walk, x, y, o)?,
+        DType::I32 => int_binary::<i32>(v, b, walk, x, y, o)?,
+        DType::I64 => int_binary::<i64>(v, b, walk, x, y, o)?,
+        DType::U8 => int_binary::<u8>(v, b, walk, x, y, o)?,
+        DType::U16 => int_binary::<u16>(v, b, walk, x, y, o)?,
+        DType::U32 => int_binary::<u32>(v, b, walk, x, y, o)?,
+        DType::U64 => int_binary::<u64>(v, b, walk, x, y, o)?,
+        DType::Bool if b.compares() => {
+            let (p, q) = (v.src::<u8>(x)?, v.src::<u8>(y)?);
+            let out = v.dst::<u8>(o)?;
+            run(walk, p, q, out, move |a: u8, c: u8| {
+                b.compare(a != 0, c != 0)
+            });
         }
         _ => {
             let (p, q) = (v.src::<u8>(x)?, v.src::<u8>(y)?);
@@ -227,6 +273,23 @@ pub fn run_part(
                 v.src(&ins[1])?,
                 v.src(&ins[2])?,
                 v.dst(&outs[0])?
+            ))
+        }
+        Kernel::IsInf(positive, negative) => {
+            let (p, n) = (*positive, *negative);
+            elementwise::convert(v.src::<f32>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
+                ((p && x == f32::INFINITY) || (n && x == f32::NEG_INFINITY)) as u8
+            })
+        }
+        Kernel::Not => elementwise::convert(v.src::<u8>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
+            (x == 0) as u8
+        }),
+        Kernel::PowConst(e) => {
+            let e = *e;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
+                v.dst(&outs[0])?,
+                x,
+                |x: f32| x.powf(e)
             ))
         }
         Kernel::Cast => cast(v, &ins[0], &outs[0])?,
