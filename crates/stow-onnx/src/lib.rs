@@ -26,6 +26,7 @@ mod inputs;
 mod load;
 mod order;
 mod recurrent;
+mod refusals;
 mod reverse;
 mod shapes;
 mod unroll;

@@ -103,6 +103,7 @@ fn typed_model(
     }
     crate::constants::apply(graph, &options.constants)?;
     crate::recurrent::reverse_layers_forward(graph)?;
+    crate::refusals::refuse_mistranslated(graph)?;
     let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
     crate::bind::substitute(graph, &values);
     crate::fold::fold_constant_branches(graph, &Default::default())?;
