@@ -34,21 +34,7 @@ fn refuse(node: &TypedNode, why: impl std::fmt::Display) -> OnnxError {
 /// select, and declutters the result again. Returns whether anything
 /// changed.
 pub(crate) fn select_branches(model: &mut TypedModel) -> Result<bool, OnnxError> {
-    let mut changed = false;
-    while let Some(id) = model.nodes().iter().position(|n| n.op_is::<IfThenElse>()) {
-        let node = model.node(id).clone();
-        let patch = both_branches(model, &node)?;
-        patch
-            .apply(model)
-            .map_err(|e| refuse(&node, format!("{e:#}")))?;
-        changed = true;
-    }
-    if changed {
-        model
-            .declutter()
-            .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
-    }
-    Ok(changed)
+    crate::patching::rewrite_each::<IfThenElse>(model, both_branches, |n, e| refuse(n, e))
 }
 
 /// Wires `body` into `patch` with its inputs taken from `node`'s inputs

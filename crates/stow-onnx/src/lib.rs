@@ -25,6 +25,7 @@ mod graph;
 mod inputs;
 mod load;
 mod order;
+mod patching;
 mod recurrent;
 mod refusals;
 mod reverse;

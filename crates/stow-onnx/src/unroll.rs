@@ -40,21 +40,7 @@ fn tract_err(node: &TypedNode, e: impl std::fmt::Display) -> OnnxError {
 /// Unrolls every `Scan` of `model` (loops in loop bodies too) and
 /// declutters the result again. Returns whether anything was unrolled.
 pub(crate) fn unroll_loops(model: &mut TypedModel) -> Result<bool, OnnxError> {
-    let mut unrolled = false;
-    while let Some(id) = model.nodes().iter().position(|n| n.op_is::<Scan>()) {
-        let node = model.node(id).clone();
-        let patch = unroll_one(model, &node)?;
-        patch
-            .apply(model)
-            .map_err(|e| tract_err(&node, format!("{e:#}")))?;
-        unrolled = true;
-    }
-    if unrolled {
-        model
-            .declutter()
-            .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
-    }
-    Ok(unrolled)
+    crate::patching::rewrite_each::<Scan>(model, unroll_one, |n, e| refuse(n, e))
 }
 
 fn unroll_one(model: &TypedModel, node: &TypedNode) -> Result<TypedModelPatch, OnnxError> {
