@@ -183,6 +183,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         } else if let Some(gelu) = ew.0.downcast_ref::<ops::nn::GeluApproximate>() {
             out.push(("fast_impl".into(), Attr::Int(gelu.fast_impl as i64)));
         }
+    } else if let Some(trilu) = any.downcast_ref::<ops::array::Trilu>() {
+        out.push(("upper".into(), Attr::Int(trilu.upper as i64)));
+    } else if let Some(gather) = any.downcast_ref::<ops::array::GatherElements>() {
+        out.push(("axis".into(), Attr::Int(gather.axis as i64)));
     } else if let Some(cell) = any.downcast_ref::<ops::lstm_cell::LstmEpilogue>() {
         out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));
     } else if let Some(cell) = any.downcast_ref::<ops::gru_cell::GruEpilogue>() {

@@ -226,6 +226,38 @@ pub enum Kernel {
     Tile(Walk<2>, Vec<[usize; 2]>),
     /// Matrix product.
     MatMul(MatMul),
+    /// Lower (`upper` false) or upper triangle of the last two axes; the
+    /// diagonal offset `k` is read from input 1 at run time.
+    Trilu {
+        /// Keep the upper triangle.
+        upper: bool,
+        /// Rows and columns of each matrix.
+        rows: usize,
+        /// Columns.
+        cols: usize,
+    },
+    /// Elements picked along an axis by an index tensor of the output's
+    /// shape (ONNX GatherElements).
+    GatherElements {
+        /// Input strides.
+        data_strides: Vec<usize>,
+        /// Output (and index) shape.
+        shape: Vec<usize>,
+        /// The axis.
+        axis: usize,
+        /// Its size in the input.
+        size: usize,
+    },
+    /// Position of the largest (`max`) or smallest value along an axis,
+    /// the last one among equals when `last`.
+    ArgExtreme {
+        /// Largest rather than smallest.
+        max: bool,
+        /// The last position among equal values rather than the first.
+        last: bool,
+        /// Dimensions before, along and after the axis.
+        at: AroundAxis,
+    },
     /// An LSTM step's gates, for this hidden size.
     LstmEpilogue(usize),
     /// A GRU step's gates, for this hidden size.

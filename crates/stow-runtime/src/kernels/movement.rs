@@ -102,3 +102,41 @@ pub fn pad_edges<T: Copy>(
         }
     }
 }
+
+/// `out[p] = data[p with its `axis` coordinate replaced by indices[p]]`
+/// (ONNX GatherElements; negative indices count from the end). Fails with
+/// the first index outside the axis.
+pub fn gather_elements<T: Copy>(
+    data_strides: &[usize],
+    shape: &[usize],
+    axis: usize,
+    size: usize,
+    data: Src<'_, T>,
+    indices: Src<'_, i64>,
+    out: &[Cell<T>],
+) -> Result<(), i64> {
+    let rank = shape.len().min(MAX_RANK);
+    let mut coord = [0usize; MAX_RANK];
+    for (p, c) in out.iter().enumerate() {
+        let raw = indices.at(p);
+        let idx = if raw < 0 { raw + size as i64 } else { raw };
+        if idx < 0 || idx >= size as i64 {
+            return Err(raw);
+        }
+        let mut src = 0;
+        for d in 0..rank {
+            let at = if d == axis { idx as usize } else { coord[d] };
+            src += at * data_strides[d];
+        }
+        c.set(data.at(src));
+        // Next coordinate, last axis fastest.
+        for d in (0..rank).rev() {
+            coord[d] += 1;
+            if coord[d] < shape[d] {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+    Ok(())
+}

@@ -351,3 +351,28 @@ pub fn resize(
         }
     }
 }
+
+/// Position along `at`'s axis of the largest (`max`) or smallest value of
+/// each line, the first among equals or the `last`.
+pub fn arg_extreme(max: bool, last: bool, at: AroundAxis, x: impl Load<f32>, out: &[Cell<i64>]) {
+    for o in 0..at.outer {
+        for i in 0..at.inner {
+            let base = o * at.n * at.inner + i;
+            let mut best = 0usize;
+            let mut value = x.load(base);
+            for j in 1..at.n {
+                let v = x.load(base + j * at.inner);
+                let better = if max {
+                    v > value || (last && v == value)
+                } else {
+                    v < value || (last && v == value)
+                };
+                if better {
+                    best = j;
+                    value = v;
+                }
+            }
+            out[o * at.inner + i].set(best as i64);
+        }
+    }
+}

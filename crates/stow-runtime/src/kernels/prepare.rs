@@ -198,8 +198,8 @@ pub fn prepare(
     }
     match op.op_type.as_str() {
         "AddAxis" | "RmAxis" | "Reshape" | "IntoShape" | "Identity" | "MoveAxis" | "Slice"
-        | "Downsample" | "NearestUpsample" | "Tile" | "Pad" | "Concat" | "TypedConcat"
-        | "Gather" => data_movement(op, ins, outs),
+        | "MultiBroadcastTo" | "Downsample" | "NearestUpsample" | "Tile" | "Pad" | "Concat"
+        | "TypedConcat" | "Gather" => data_movement(op, ins, outs),
         "LeakyRelu" => {
             arity(ins, outs, 1)?;
             all_f32(ins, outs)?;
@@ -299,6 +299,38 @@ pub fn prepare(
             let at = AroundAxis::new(&ins[0].shape, axis).ok_or("bad axis")?;
             Ok((Kernel::RmsNorm(at, attr_float(op, "eps")?), 0))
         }
+        t if t.starts_with("Reduce") && attr_text(op, "reducer")?.starts_with("Arg") => {
+            arity(ins, outs, 1)?;
+            let reducer = attr_text(op, "reducer")?;
+            let axes = attr_ints(op, "axes")?;
+            want(
+                ins[0].dtype == DType::F32 && outs[0].dtype == DType::I64,
+                || {
+                    format!(
+                        "{reducer} of {} into {}",
+                        ins[0].dtype.name(),
+                        outs[0].dtype.name()
+                    )
+                },
+            )?;
+            want(axes.len() == 1 && axes[0] < ins[0].shape.len(), || {
+                format!("{reducer} over axes {axes:?}")
+            })?;
+            let mut out_shape = ins[0].shape.clone();
+            out_shape[axes[0]] = 1;
+            want(out_shape.iter().product::<usize>() == outs[0].len, || {
+                "reduce output shape".into()
+            })?;
+            let at = AroundAxis::new(&ins[0].shape, axes[0]).ok_or("bad axis")?;
+            let (max, last) = match reducer {
+                "ArgMax(false)" => (true, false),
+                "ArgMax(true)" => (true, true),
+                "ArgMin(false)" => (false, false),
+                "ArgMin(true)" => (false, true),
+                other => return Err(format!("reducer {other}")),
+            };
+            Ok((Kernel::ArgExtreme { max, last, at }, 0))
+        }
         t if t.starts_with("Reduce") => {
             arity(ins, outs, 1)?;
             all_f32(ins, outs)?;
@@ -363,6 +395,49 @@ pub fn prepare(
             )?;
             Ok((Kernel::GruEpilogue(hidden), 0))
         }
+        "Trilu" => {
+            arity(ins, outs, 2)?;
+            let shape = &ins[0].shape;
+            want(
+                shape.len() >= 2 && shape == &outs[0].shape && ins[0].dtype == outs[0].dtype,
+                || "Trilu keeps a matrix's shape".into(),
+            )?;
+            want(ins[1].dtype == DType::I64 && ins[1].len == 1, || {
+                "Trilu's k is one i64".into()
+            })?;
+            let upper = attr_int(op, "upper")? != 0;
+            let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+            Ok((Kernel::Trilu { upper, rows, cols }, 0))
+        }
+        "GatherElements" => {
+            arity(ins, outs, 2)?;
+            let axis = attr_int(op, "axis")? as usize;
+            let (data, idx, out) = (&ins[0].shape, &ins[1].shape, &outs[0].shape);
+            want(
+                axis < data.len()
+                    && idx == out
+                    && idx.len() == data.len()
+                    && ins[1].dtype == DType::I64
+                    && ins[0].dtype == outs[0].dtype,
+                || "GatherElements shapes".into(),
+            )?;
+            want(
+                (0..data.len()).all(|d| d == axis || idx[d] <= data[d]),
+                || "indices larger than the data".into(),
+            )?;
+            want(data.len() <= super::layout::MAX_RANK, || {
+                "rank too high".into()
+            })?;
+            Ok((
+                Kernel::GatherElements {
+                    data_strides: strides_of(data),
+                    shape: out.clone(),
+                    axis,
+                    size: data[axis],
+                },
+                0,
+            ))
+        }
         "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs),
         other => Err(format!("no kernel for `{other}`")),
@@ -387,6 +462,14 @@ fn data_movement(
                 return Ok((Kernel::Nothing, 0));
             }
             let walk = Walk::new(&[outs[0].len], [&[1], &[1]]).ok_or("rank")?;
+            Ok(copy(walk, [0, 0]))
+        }
+        "MultiBroadcastTo" => {
+            arity(ins, outs, 1)?;
+            want(ins[0].dtype == outs[0].dtype, || "type changes".into())?;
+            let o = &outs[0].shape;
+            let src = broadcast_strides(&ins[0].shape, o).ok_or("shapes do not broadcast")?;
+            let walk = Walk::new(o, [&strides_of(o), &src]).ok_or("rank too high")?;
             Ok(copy(walk, [0, 0]))
         }
         "MoveAxis" => {

@@ -402,6 +402,47 @@ pub fn run_part(
                 copy_into(v, walk, *base, &ins[0], o)?
             }
         }
+        Kernel::Trilu { upper, rows, cols } => {
+            let k = read_num(v, &ins[1], 0)? as i64;
+            let (upper, rows, cols) = (*upper, *rows as i64, *cols as i64);
+            let keep = move |i: usize| {
+                let (row, col) = ((i as i64 / cols) % rows, i as i64 % cols);
+                if upper {
+                    col >= row + k
+                } else {
+                    col <= row + k
+                }
+            };
+            by_size!(outs[0].dtype.size_bytes(), |T| {
+                let (x, out) = (v.src::<T>(&ins[0])?, v.dst::<T>(&outs[0])?);
+                for (i, c) in out.iter().enumerate() {
+                    c.set(if keep(i) {
+                        x.at(i)
+                    } else {
+                        bytemuck::Zeroable::zeroed()
+                    });
+                }
+            })
+        }
+        Kernel::GatherElements {
+            data_strides,
+            shape,
+            axis,
+            size,
+        } => {
+            let idx = v.src::<i64>(&ins[1])?;
+            by_size!(outs[0].dtype.size_bytes(), |T| {
+                let (x, out) = (v.src::<T>(&ins[0])?, v.dst::<T>(&outs[0])?);
+                movement::gather_elements(data_strides, shape, *axis, *size, x, idx, out)
+                    .map_err(Failure::Index)?
+            })
+        }
+        Kernel::ArgExtreme { max, last, at } => {
+            let out = v.dst::<i64>(&outs[0])?;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| nn::arg_extreme(
+                *max, *last, *at, x, out
+            ))
+        }
         Kernel::LstmEpilogue(hidden) => {
             crate::with_load!(v.src(&ins[0])?, |pre| crate::with_load!(
                 v.src(&ins[1])?,
