@@ -213,10 +213,32 @@ def if_on_the_data_false():
     return if_on_the_data(-1.0)
 
 
+def pad_bool_with_true():
+    """Pad of a bool tensor with constant True (found by tools/fuzz_graphs.py:
+    the padding came out False)."""
+    nodes = [helper.make_node("Pad", ["x", "pads", "value"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([1, 0, 0, 1], dtype=np.int64), "pads"),
+             numpy_helper.from_array(np.array(True), "value")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.BOOL, [1, 2])],
+                     [helper.make_tensor_value_info("y", TensorProto.BOOL, [2, 3])], inits)
+    return model, {"x": np.array([[False, True]])}, []
+
+
+def two_outputs_one_value():
+    """Output `b` is a no-op transpose of output `a`: both must be bundle
+    outputs under their own names (found by tools/fuzz_graphs.py)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[0, 1])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                     [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+                      helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])])
+    return model, {"x": np.random.default_rng(11).standard_normal([2, 3]).astype(np.float32)}, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
-         if_on_the_data_true, if_on_the_data_false]
+         if_on_the_data_true, if_on_the_data_false, pad_bool_with_true, two_outputs_one_value]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

@@ -127,7 +127,13 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         ));
         out.push(("mode".into(), Attr::Text(format!("{:?}", pad.mode))));
         if let ops::array::PadMode::Constant(value) = &pad.mode {
-            if let Ok(v) = value.cast_to_scalar::<f32>() {
+            // tract will not cast a bool to a number: read it as one.
+            let v = if value.datum_type() == DatumType::Bool {
+                value.cast_to_scalar::<bool>().map(|b| b as u8 as f32)
+            } else {
+                value.cast_to_scalar::<f32>()
+            };
+            if let Ok(v) = v {
                 out.push(("value".into(), Attr::Float(v)));
             }
         }

@@ -341,22 +341,6 @@ impl ExecutionOrder {
     }
 }
 
-/// The graph's output names, in order: the ONNX names, which tract keeps as
-/// the labels of the output outlets until decluttering.
-pub(crate) fn output_names(model: &TypedModel) -> Result<Vec<String>, OnnxError> {
-    Ok(model
-        .output_outlets()
-        .map_err(tract_err)?
-        .iter()
-        .map(|o| {
-            model
-                .outlet_label(*o)
-                .map(String::from)
-                .unwrap_or_else(|| model.node(o.node).name.clone())
-        })
-        .collect())
-}
-
 /// Gives the decluttered model's outputs their ONNX names back, and puts
 /// an `Identity` step behind every output that is a constant or a graph
 /// input, so that every output is written into the arena by a step.
@@ -365,9 +349,13 @@ pub(crate) fn name_outputs(model: &mut TypedModel, names: &[String]) -> Result<(
     if outlets.len() != names.len() {
         return Err(tract_err("decluttering changed the number of outputs"));
     }
+    let mut seen = HashSet::new();
     for (outlet, name) in outlets.iter_mut().zip(names) {
         let node = model.node(outlet.node);
-        if node.op_is::<Const>() || node.op_is::<TypedSource>() {
+        // Two outputs that decluttering made one value (`b` a no-op
+        // transpose of output `a`) need a tensor each for their names.
+        let repeated = !seen.insert(*outlet);
+        if repeated || node.op_is::<Const>() || node.op_is::<TypedSource>() {
             let copy = model
                 .wire_node(
                     format!("{name}.copy"),

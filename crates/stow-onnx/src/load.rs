@@ -23,7 +23,7 @@ pub struct LoadOptions {
 /// Loads `path`, fixes its input shapes, declutters it and records every
 /// tensor and operator in execution order.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError> {
-    let typed = match typed_model(path, options, false) {
+    let (typed, output_names) = match typed_model(path, options, false) {
         // Shapes recorded in `value_info` for other input shapes than the
         // ones fixed contradict what tract infers: they are hints, so drop
         // them rather than fail.
@@ -35,7 +35,6 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         ) => typed_model(path, options, true).map_err(|_| first)?,
         other => other?,
     };
-    let output_names = crate::graph::output_names(&typed)?;
     let decluttered = contain(Stage::Declutter, || {
         let mut model = typed
             .into_decluttered()
@@ -70,12 +69,14 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
 }
 
 /// Reads and parses `path` with every symbol the options bind replaced by
-/// its value, fixes the input facts and infers every shape.
+/// its value, fixes the input facts and infers every shape. Also returns
+/// the graph's output names, which tract's outlet labels may lose (two
+/// outputs one value after tract drops a no-op between them).
 fn typed_model(
     path: &Path,
     options: &LoadOptions,
     ignore_value_info: bool,
-) -> Result<TypedModel, OnnxError> {
+) -> Result<(TypedModel, Vec<String>), OnnxError> {
     let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
         path: path.to_path_buf(),
         source,
@@ -145,14 +146,20 @@ fn typed_model(
         }
         Ok(parsed.model)
     })?;
+    let output_names: Vec<String> = proto
+        .graph
+        .as_ref()
+        .map(|g| g.output.iter().map(|o| o.name.clone()).collect())
+        .unwrap_or_default();
     drop(proto);
     reject_unimplemented(&model)?;
     let model = fix_inputs(model, options)?;
-    contain(Stage::ShapeInference, || {
+    let typed = contain(Stage::ShapeInference, || {
         model
             .into_typed()
             .map_err(|e| OnnxError::tract(Stage::ShapeInference, e))
-    })
+    })?;
+    Ok((typed, output_names))
 }
 
 /// The conditions of `If` nodes that tract's inference (which propagates

@@ -495,7 +495,17 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
         DType::F64 => v.dst::<f64>(o)?.iter().for_each(|c| c.set(value)),
         DType::I64 => v.dst::<i64>(o)?.iter().for_each(|c| c.set(value as i64)),
         DType::I32 => v.dst::<i32>(o)?.iter().for_each(|c| c.set(value as i32)),
-        _ => by_size!(o.dtype.size_bytes(), |T| v
+        DType::I16 => v.dst::<i16>(o)?.iter().for_each(|c| c.set(value as i16)),
+        DType::I8 => v.dst::<i8>(o)?.iter().for_each(|c| c.set(value as i8)),
+        DType::U64 => v.dst::<u64>(o)?.iter().for_each(|c| c.set(value as u64)),
+        DType::U32 => v.dst::<u32>(o)?.iter().for_each(|c| c.set(value as u32)),
+        DType::U16 => v.dst::<u16>(o)?.iter().for_each(|c| c.set(value as u16)),
+        DType::U8 => v.dst::<u8>(o)?.iter().for_each(|c| c.set(value as u8)),
+        DType::Bool => v
+            .dst::<u8>(o)?
+            .iter()
+            .for_each(|c| c.set((value != 0.0) as u8)),
+        DType::F16 => by_size!(o.dtype.size_bytes(), |T| v
             .dst::<T>(o)?
             .iter()
             .for_each(|c| c.set(bytemuck::Zeroable::zeroed()))),
