@@ -171,19 +171,15 @@ pub(crate) fn apply(graph: &mut GraphProto, fixed: &[FixedInput]) -> Result<(), 
             ))
         })?;
         // Concrete declared dimensions, or None when any is symbolic.
-        let shape: Option<Vec<usize>> = t
-            .shape
-            .as_ref()
-            .map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match d.value {
-                        Some(Dim::DimValue(v)) => usize::try_from(v).ok(),
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<usize>>>()
-            })
-            .unwrap_or(None);
+        let shape: Option<Vec<usize>> = t.shape.as_ref().and_then(|s| {
+            s.dim
+                .iter()
+                .map(|d| match d.value {
+                    Some(Dim::DimValue(v)) => usize::try_from(v).ok(),
+                    _ => None,
+                })
+                .collect::<Option<Vec<usize>>>()
+        });
         let value = match &f.value {
             InputValue::Text(text) => parse_numbers(&f.name, dt, text)?,
             InputValue::Tensor(t) => {

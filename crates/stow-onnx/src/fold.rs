@@ -10,7 +10,7 @@
 //! the `If` is replaced by the nodes of the branch it selects.
 
 use crate::error::OnnxError;
-pub(crate) use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use tract_onnx::data_resolver::MmapDataResolver;
 use tract_onnx::pb::{AttributeProto, GraphProto, NodeProto, TensorProto};
 

@@ -55,7 +55,7 @@ pub(crate) fn reverse_layers_forward(graph: &mut GraphProto) -> Result<(), OnnxE
             });
         }
         let layout = attr(&node, "layout").map_or(0, |a| a.i);
-        let time = if layout == 0 { 0 } else { 1 };
+        let time = i64::from(layout != 0);
         // One reversal per use: Slice with step −1 over the whole axis.
         let mut reverse_axis = |axis: i64, from: &str, to: &str, nodes: &mut Vec<NodeProto>| {
             let k = format!("{name}.reverse{axis}.{to}");

@@ -68,7 +68,7 @@ fn unroll_one(model: &TypedModel, node: &TypedNode) -> Result<TypedModelPatch, O
             .and_then(|d| d.to_usize().ok())
             .ok_or_else(|| refuse(node, "a scanned input has no concrete length"))?;
         let chunk = info.chunk.unsigned_abs();
-        if chunk == 0 || length % chunk != 0 {
+        if chunk == 0 || !length.is_multiple_of(chunk) {
             return Err(refuse(
                 node,
                 format!("chunks of {chunk} do not divide a scanned length of {length}"),

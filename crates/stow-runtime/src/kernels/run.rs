@@ -108,23 +108,23 @@ fn cast(v: &Views<'_>, x: &Operand<'_>, o: &Operand<'_>) -> Result<(), Failure> 
 /// wrapping, and division truncating toward zero (a zero divisor gives 0
 /// rather than a trap).
 trait Int: bytemuck::Pod + Ord {
-    fn add(self, c: Self) -> Self;
-    fn sub(self, c: Self) -> Self;
-    fn mul(self, c: Self) -> Self;
-    fn div(self, c: Self) -> Self;
+    fn plus(self, c: Self) -> Self;
+    fn minus(self, c: Self) -> Self;
+    fn times(self, c: Self) -> Self;
+    fn over(self, c: Self) -> Self;
 }
 
 macro_rules! int_ops {
     ($($t:ty),*) => {$(
         impl Int for $t {
             #[inline(always)]
-            fn add(self, c: Self) -> Self { self.wrapping_add(c) }
+            fn plus(self, c: Self) -> Self { self.wrapping_add(c) }
             #[inline(always)]
-            fn sub(self, c: Self) -> Self { self.wrapping_sub(c) }
+            fn minus(self, c: Self) -> Self { self.wrapping_sub(c) }
             #[inline(always)]
-            fn mul(self, c: Self) -> Self { self.wrapping_mul(c) }
+            fn times(self, c: Self) -> Self { self.wrapping_mul(c) }
             #[inline(always)]
-            fn div(self, c: Self) -> Self { if c == 0 { 0 } else { self.wrapping_div(c) } }
+            fn over(self, c: Self) -> Self { if c == 0 { 0 } else { self.wrapping_div(c) } }
         }
     )*};
 }
@@ -148,10 +148,10 @@ fn int_binary<T: Int>(
     }
     let out = v.dst::<T>(o)?;
     match b {
-        Add => run(walk, p, q, out, T::add),
-        Sub => run(walk, p, q, out, T::sub),
-        Mul => run(walk, p, q, out, T::mul),
-        Div => run(walk, p, q, out, T::div),
+        Add => run(walk, p, q, out, T::plus),
+        Sub => run(walk, p, q, out, T::minus),
+        Mul => run(walk, p, q, out, T::times),
+        Div => run(walk, p, q, out, T::over),
         Max => run(walk, p, q, out, T::max),
         _ => run(walk, p, q, out, T::min),
     }
