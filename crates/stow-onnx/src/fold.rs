@@ -22,8 +22,8 @@ const SMALL: usize = 64;
 struct Value(Vec<f64>);
 
 fn tensor_value(t: &TensorProto) -> Option<Value> {
-    let count: i64 = t.dims.iter().product();
-    if count < 0 || count as usize > SMALL {
+    let count = t.dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d))?;
+    if !(0..=SMALL as i64).contains(&count) {
         return None;
     }
     let tensor = tract_onnx::tensor::load_tensor(&MmapDataResolver, t, None).ok()?;

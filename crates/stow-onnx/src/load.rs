@@ -94,20 +94,25 @@ fn typed_model(
         });
     };
     crate::external::check(path, graph)?;
-    for c in &options.constants {
-        if options.inputs.iter().any(|i| i.name == c.name) {
-            return Err(OnnxError::BadArgument(format!(
-                "input `{}` is given both a shape (--input) and a value (--set)",
-                c.name
-            )));
+    // Rewrites of the ONNX graph read tensors through tract, which may
+    // panic on hostile bytes: contain it like the parse.
+    contain(Stage::Parse, || {
+        for c in &options.constants {
+            if options.inputs.iter().any(|i| i.name == c.name) {
+                return Err(OnnxError::BadArgument(format!(
+                    "input `{}` is given both a shape (--input) and a value (--set)",
+                    c.name
+                )));
+            }
         }
-    }
-    crate::constants::apply(graph, &options.constants)?;
-    crate::recurrent::reverse_layers_forward(graph)?;
-    crate::refusals::refuse_mistranslated(graph)?;
-    let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
-    crate::bind::substitute(graph, &values);
-    crate::fold::fold_constant_branches(graph, &Default::default())?;
+        crate::constants::apply(graph, &options.constants)?;
+        crate::recurrent::reverse_layers_forward(graph)?;
+        crate::refusals::refuse_mistranslated(graph)?;
+        let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
+        crate::bind::substitute(graph, &values);
+        crate::fold::fold_constant_branches(graph, &Default::default())?;
+        Ok(())
+    })?;
     let model_dir = path
         .parent()
         .and_then(|d| d.to_str())
