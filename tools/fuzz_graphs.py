@@ -1224,12 +1224,12 @@ def generate(rng, ops, max_nodes):
             rejects[f"{op}: {str(e)[:80]}"] += 1
             b.rollback(cp)
     # Graph inputs nothing reads: dropped, but for a few (valid ONNX too).
+    read = {x for n in b.nodes for x in n.input}
     for vi in list(b.inputs):
-        v = next((v for v in b.values if v.name == vi.name), None)
-        if v is not None and v.uses == 0 and rng.random() < 0.97:
+        if vi.name not in read and rng.random() < 0.97:
             b.inputs.remove(vi)
             del b.feeds[vi.name]
-            b.values.remove(v)
+            b.values[:] = [v for v in b.values if v.name != vi.name]
     node_values = [v for v in b.values if v.kind == "node"]
     if not node_values:
         return None, None, rejects
