@@ -34,7 +34,7 @@ fn refuse(node: &TypedNode, why: impl std::fmt::Display) -> OnnxError {
 /// select, and declutters the result again. Returns whether anything
 /// changed.
 pub(crate) fn select_branches(model: &mut TypedModel) -> Result<bool, OnnxError> {
-    crate::patching::rewrite_each::<IfThenElse>(model, both_branches, |n, e| refuse(n, e))
+    crate::patching::rewrite_each::<IfThenElse>(model, both_branches, refuse)
 }
 
 /// Wires `body` into `patch` with its inputs taken from `node`'s inputs

@@ -40,7 +40,7 @@ fn tract_err(node: &TypedNode, e: impl std::fmt::Display) -> OnnxError {
 /// Unrolls every `Scan` of `model` (loops in loop bodies too) and
 /// declutters the result again. Returns whether anything was unrolled.
 pub(crate) fn unroll_loops(model: &mut TypedModel) -> Result<bool, OnnxError> {
-    crate::patching::rewrite_each::<Scan>(model, unroll_one, |n, e| refuse(n, e))
+    crate::patching::rewrite_each::<Scan>(model, unroll_one, refuse)
 }
 
 fn unroll_one(model: &TypedModel, node: &TypedNode) -> Result<TypedModelPatch, OnnxError> {
