@@ -1,5 +1,6 @@
 //! Why a compile failed: [`CompileError`].
 
+use crate::compare::Comparison;
 use crate::contents::ContentsError;
 use std::path::PathBuf;
 use stow_bundle::BundleError;
@@ -66,6 +67,11 @@ pub enum CompileError {
         path: PathBuf,
         /// What the planner reported.
         source: PlanError,
+        /// The strategy comparison, when
+        /// [`CompileOptions::compare`](crate::CompileOptions::compare) was
+        /// set and it ran before the failure: which strategies would have
+        /// fitted the capacity.
+        comparison: Option<Vec<Comparison>>,
     },
     /// The planned arena is larger than
     /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).

@@ -1,6 +1,6 @@
 //! The entry point: [`compile`] a model into a [`Compiled`] bundle.
 
-use crate::compare::compare;
+use crate::compare::{compare, Comparison};
 use crate::contents::{bundle_contents, plan_scratch, PlannedModel};
 use crate::error::CompileError;
 use crate::options::CompileOptions;
@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Instant;
 use stow_onnx::{LoadOptions, ModelGraph};
-use stow_plan::{plan, Plan, PlanOptions, Problem, Strategy};
+use stow_plan::{plan, Plan, PlanError, PlanOptions, Problem, Strategy};
 
 /// A compiled model: the encoded bundle, its report, and what it was made
 /// from (the planning problem, the plan and the model graph).
@@ -131,16 +131,20 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         });
     }
     let (problem, buffer_of) = graph.problem(options.align);
-    let planning = |source: stow_plan::PlanError| CompileError::Plan {
+    let planning = |source: PlanError, comparison: Option<Vec<Comparison>>| CompileError::Plan {
         path: path(),
         source,
+        comparison,
     };
     let comparison = if options.compare {
-        Some(compare(&problem, &options.plan).map_err(planning)?)
+        Some(compare(&problem, &options.plan).map_err(|e| planning(e, None))?)
     } else {
         None
     };
-    let chosen = plan(&problem, &options.plan).map_err(planning)?;
+    let chosen = match plan(&problem, &options.plan) {
+        Ok(p) => p,
+        Err(e) => return Err(planning(e, comparison)),
+    };
     if chosen.arena_bytes > limit {
         return Err(CompileError::ArenaOverMaxArena {
             path: path(),
@@ -155,7 +159,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             ..PlanOptions::default()
         },
     )
-    .map_err(planning)?;
+    .map_err(|e| planning(e, None))?;
     let source_model = model
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -344,28 +344,43 @@ fn a_capacity_below_the_lower_bound_is_a_planning_error() {
     let bound = compile_ok(&model, &CompileOptions::default())
         .report()
         .lower_bound;
-    let err = compile(
-        &model,
-        &CompileOptions {
-            plan: PlanOptions {
-                capacity: Some(bound - 1),
-                ..PlanOptions::default()
+    for compare in [false, true] {
+        let err = compile(
+            &model,
+            &CompileOptions {
+                plan: PlanOptions {
+                    capacity: Some(bound - 1),
+                    ..PlanOptions::default()
+                },
+                compare,
+                ..CompileOptions::default()
             },
-            ..CompileOptions::default()
-        },
-    )
-    .unwrap_err();
-    match &err {
-        CompileError::Plan {
+        )
+        .unwrap_err();
+        let CompileError::Plan {
             path,
             source: PlanError::DoesNotFit { capacity, .. },
-        } => {
-            assert_eq!(path, &model);
-            assert_eq!(*capacity, bound - 1);
+            comparison,
+        } = &err
+        else {
+            panic!("expected a planning error, got {err:?}");
+        };
+        assert_eq!(path, &model);
+        assert_eq!(*capacity, bound - 1);
+        assert!(chain(&err).contains("does not fit"), "{}", chain(&err));
+        // The comparison, when asked for, comes with the error: no
+        // strategy fits below the lower bound.
+        match comparison {
+            None => assert!(!compare),
+            Some(rows) => {
+                assert!(compare);
+                assert_eq!(rows.len(), Strategy::ALL.len());
+                assert!(rows
+                    .iter()
+                    .all(|r| matches!(r.outcome, Outcome::DoesNotFit { capacity, .. } if capacity == bound - 1)));
+            }
         }
-        other => panic!("expected a planning error, got {other:?}"),
     }
-    assert!(chain(&err).contains("does not fit"), "{}", chain(&err));
 }
 
 #[test]
