@@ -1,5 +1,5 @@
-//! The pieces behind the `stow` binary, exposed so tests and tools can drive
-//! the same pipeline: ONNX model → plan → bundle contents.
+//! The pieces behind the `stow` binary that tests and tools use: the
+//! layout pictures. The compile pipeline itself is the `stow-compile`
+//! library.
 
-pub mod build;
 pub mod picture;

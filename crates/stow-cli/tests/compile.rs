@@ -241,3 +241,66 @@ fn inspect_prints_tables() {
         assert!(text.contains(word), "inspect lacks `{word}`:\n{text}");
     }
 }
+
+#[test]
+fn compare_prints_every_strategy_even_when_planning_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("two_branch.onnx");
+    let out = dir.path().join("c.stow");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "compile",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--compare",
+        ];
+        args.extend_from_slice(extra);
+        stow(&args)
+    };
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("strategy"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("compiled"))
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect()
+    };
+    let o = run(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert_eq!(rows(&text).len(), stow_plan::Strategy::ALL.len(), "{text}");
+    assert!(text.contains("arena / bound"), "{text}");
+    let naive: u64 = text
+        .lines()
+        .find(|l| l.starts_with("  naive "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(|n| n.replace(',', "").parse().unwrap())
+        .unwrap();
+    std::fs::remove_file(&out).unwrap();
+
+    // Naive does not fit below its own size; the table still shows which
+    // strategies do, then the error.
+    let capacity = (naive - 1).to_string();
+    let o = run(&["--strategy", "naive", "--capacity", &capacity]);
+    assert!(!o.status.success());
+    let text = stdout(&o);
+    assert_eq!(rows(&text).len(), stow_plan::Strategy::ALL.len(), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("naive ") && l.contains("does not fit")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .skip_while(|l| !l.starts_with("strategy"))
+            .any(|l| !l.starts_with("naive ") && l.contains(" B")),
+        "some strategy fits: {text}"
+    );
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: planning ") && err.contains("does not fit"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

@@ -67,7 +67,7 @@ fn bundle_records_match_plan_and_weights_match_model() {
         )
         .unwrap();
         // What `stow compile` plans by default: kernel scratch for 1 thread.
-        stow_cli::build::plan_scratch(&mut graph, 1).unwrap();
+        stow_compile::plan_scratch(&mut graph, 1).unwrap();
         let (problem, buffer_of) = graph.problem(64);
         let expected = plan(
             &problem,

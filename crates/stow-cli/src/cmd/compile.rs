@@ -2,15 +2,11 @@
 
 use crate::cmd::frontend::{load_options, ReuseArgs};
 use crate::cmd::plan::problem_csv;
-use crate::cmd::planning::{
-    compare_table, parse_align, within_max_arena, PlanArgs, DEFAULT_MAX_ARENA,
-};
+use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
-use stow_cli::build::{bundle_contents, PlannedModel};
-use stow_onnx::Alias;
-use stow_plan::{plan, PlanOptions, Strategy};
+use stow_compile::{compile, CompileError, CompileOptions, Report, DEFAULT_MAX_ARENA};
+use stow_onnx::LoadOptions;
 
 /// Arguments of `stow compile`.
 #[derive(clap::Args)]
@@ -59,13 +55,14 @@ fn default_output(model: &Path) -> PathBuf {
     model.with_extension("stow")
 }
 
-/// Runs `stow compile`.
+/// Runs `stow compile`: the library's [`stow_compile::compile`], then the
+/// summary and the files.
 pub fn run(args: Args) -> Result<()> {
-    let started = Instant::now();
     let output = args
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args.model));
+    // Refuse a missing directory before the (long) compile, not after.
     for path in std::iter::once(&output).chain(&args.dump_problem) {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.is_dir() {
@@ -77,118 +74,111 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
-    let options = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
-    let mut graph = stow_onnx::load(&args.model, &options)
-        .with_context(|| format!("compiling {}", args.model.display()))?;
-    if args.threads > 0 {
-        stow_cli::build::plan_scratch(&mut graph, args.threads)
-            .with_context(|| format!("compiling {}", args.model.display()))?;
-    }
-    for t in graph.tensors.iter().filter(|t| t.role.in_arena()) {
-        within_max_arena(&format!("tensor `{}`", t.name), t.bytes, args.max_arena)
-            .with_context(|| format!("compiling {}", args.model.display()))?;
-    }
-    let (problem, buffer_of) = graph.problem(args.align);
-    if args.compare {
-        print!("{}", compare_table(&problem, args.plan)?);
-    }
-    let chosen = plan(&problem, &args.plan.options())
-        .with_context(|| format!("planning {}", args.model.display()))?;
-    within_max_arena("the arena", chosen.arena_bytes, args.max_arena)
-        .with_context(|| format!("planning {}", args.model.display()))?;
-    let naive = plan(
-        &problem,
-        &PlanOptions {
-            strategy: Strategy::Naive,
-            ..PlanOptions::default()
-        },
-    )
-    .with_context(|| format!("planning {}", args.model.display()))?;
-    let source = args
-        .model
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let planned = PlannedModel {
-        graph: &graph,
-        buffer_of: &buffer_of,
-        plan: &chosen,
-        naive_bytes: naive.arena_bytes,
+    let LoadOptions {
+        inputs,
+        dims,
+        constants,
+        reuse,
+    } = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
+    let options = CompileOptions {
+        inputs,
+        dims,
+        constants,
+        reuse,
+        plan: args.plan.options(),
         align: args.align,
-        source_model: source,
+        threads: args.threads,
+        max_arena: args.max_arena,
+        compare: args.compare,
     };
-    let (contents, weights) = bundle_contents(&planned)?;
-    let bytes = stow_bundle::to_bytes(&contents, &weights).context("encoding the bundle")?;
-    stow_bundle::write_file(&output, &bytes)
-        .with_context(|| format!("writing {}", output.display()))?;
+    let compiled = match compile(&args.model, &options) {
+        Ok(c) => c,
+        Err(e) => {
+            // The comparison shows which strategies would have fitted.
+            if let CompileError::Plan {
+                comparison: Some(rows),
+                ..
+            } = &e
+            {
+                print!("{}", compare_table(rows));
+            }
+            return Err(e.into());
+        }
+    };
+    let report = compiled.report();
+    if let Some(rows) = &report.comparison {
+        print!("{}", compare_table(rows));
+    }
+    compiled.write(&output)?;
     if let Some(path) = &args.dump_problem {
         let note = format!("{}, align {}", args.model.display(), args.align);
-        let written = stow_bundle::write_file(path, problem_csv(&problem, &note).as_bytes());
+        let written =
+            stow_bundle::write_file(path, problem_csv(compiled.problem(), &note).as_bytes());
         if let Err(e) = written {
             // Leave no bundle behind a failed command.
             let _ = std::fs::remove_file(&output);
             return Err(e).with_context(|| format!("writing {}", path.display()));
         }
     }
-    let elapsed = started.elapsed();
-    println!(
+    print!("{}", summary(&args.model, &output, report));
+    Ok(())
+}
+
+/// What `stow compile` prints after the bundle is written.
+fn summary(model: &Path, output: &Path, r: &Report) -> String {
+    let mut out = String::new();
+    say!(
+        out,
         "compiled {} -> {} ({} bytes)",
-        args.model.display(),
+        model.display(),
         output.display(),
-        bytes.len()
+        r.bundle_bytes
     );
-    println!("  ops            {}", graph.ops.len());
-    let arena_tensors = buffer_of.iter().filter(|b| b.is_some()).count();
-    let in_place = graph
-        .tensors
-        .iter()
-        .filter(|t| matches!(t.alias, Some(Alias::InPlace(_))))
-        .count();
-    let views = graph
-        .tensors
-        .iter()
-        .filter(|t| matches!(t.alias, Some(Alias::View(_))))
-        .count();
-    let slices = graph
-        .tensors
-        .iter()
-        .filter(|t| matches!(t.alias, Some(Alias::ConcatSlice { .. })))
-        .count();
-    println!(
-        "  tensors        {} ({arena_tensors} in the arena: {} buffers, {in_place} in place, {views} views, {slices} concat slices)",
-        graph.tensors.len(),
-        problem.buffers.len()
+    say!(out, "  ops            {}", r.ops);
+    let t = &r.tensors;
+    say!(
+        out,
+        "  tensors        {} ({} in the arena: {} buffers, {} in place, {} views, {} concat slices)",
+        t.total,
+        t.arena,
+        t.buffers,
+        t.in_place,
+        t.views,
+        t.concat_slices
     );
-    println!("  weights        {}", human_bytes(graph.weight_total()));
-    let by = if args.plan.strategy == Strategy::Auto {
-        format!("auto: {}", chosen.strategy)
+    say!(out, "  weights        {}", human_bytes(r.weight_bytes));
+    let by = if r.chosen_by_auto {
+        format!("auto: {}", r.strategy)
     } else {
-        chosen.strategy.to_string()
+        r.strategy.to_string()
     };
-    println!(
+    say!(
+        out,
         "  arena          {} ({by}{})",
-        human_bytes(chosen.arena_bytes),
-        if chosen.optimal { ", optimal" } else { "" }
+        human_bytes(r.arena_bytes),
+        if r.optimal { ", optimal" } else { "" }
     );
-    println!("  lower bound    {}", human_bytes(chosen.lower_bound));
-    let orders: Vec<String> = graph
+    say!(out, "  lower bound    {}", human_bytes(r.lower_bound));
+    let orders: Vec<String> = r
         .order_bounds
         .iter()
         .map(|(order, bound)| format!("{} {}", order.name(), human_bytes(*bound)))
         .collect();
-    println!(
+    say!(
+        out,
         "  order          {} (bounds: {})",
-        graph.order.name(),
+        r.order.name(),
         orders.join(", ")
     );
-    println!("  naive          {}", human_bytes(naive.arena_bytes));
-    println!("  arena / bound  {:.3}", chosen.ratio());
-    println!(
+    say!(out, "  naive          {}", human_bytes(r.naive_bytes));
+    say!(out, "  arena / bound  {:.3}", r.ratio);
+    say!(
+        out,
         "  compile time   {:.3} s (planning {:.1} ms)",
-        elapsed.as_secs_f64(),
-        chosen.stats.elapsed.as_secs_f64() * 1e3
+        r.compile_time.as_secs_f64(),
+        r.planning_time.as_secs_f64() * 1e3
     );
-    Ok(())
+    out
 }
 
 /// `1234567` → `1,234,567 B (1.18 MiB)`.

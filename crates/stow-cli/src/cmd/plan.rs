@@ -182,7 +182,9 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("cannot read {}", args.input.display()))?;
     let trace = parse_trace(&args.input, &text, args.align)?;
     if args.compare {
-        print!("{}", compare_table(&trace.problem, args.plan)?);
+        let rows = stow_compile::compare(&trace.problem, &args.plan.options())
+            .with_context(|| format!("planning {}", args.input.display()))?;
+        print!("{}", compare_table(&rows));
     }
     let problem = trace.problem.clone().with_pools(args.pools.clone());
     let result = plan(&problem, &args.plan.options())

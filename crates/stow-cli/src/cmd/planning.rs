@@ -2,9 +2,9 @@
 //! side-by-side comparison both print with `--compare`.
 
 use crate::cmd::compile::human_bytes;
-use anyhow::Result;
-use std::time::{Duration, Instant};
-use stow_plan::{plan, PlanError, PlanOptions, Problem, Strategy};
+use std::time::Duration;
+use stow_compile::{Comparison, Outcome};
+use stow_plan::{PlanError, PlanOptions, Strategy};
 
 /// How to plan.
 #[derive(clap::Args, Clone, Copy)]
@@ -37,21 +37,6 @@ impl PlanArgs {
     }
 }
 
-/// Default of `--max-arena`: large enough for any model that fits a
-/// device, small enough that a hostile model cannot make the tool plan (or
-/// `stow verify` allocate) absurd sizes.
-pub const DEFAULT_MAX_ARENA: u64 = 16 << 30;
-
-/// Refuses a tensor or arena above `limit`, naming it and its size.
-pub(crate) fn within_max_arena(what: &str, bytes: u64, limit: u64) -> Result<()> {
-    if bytes > limit {
-        anyhow::bail!(
-            "{what} needs {bytes} bytes, more than --max-arena {limit}; raise the limit if this is intended"
-        );
-    }
-    Ok(())
-}
-
 pub(crate) fn parse_strategy(s: &str) -> Result<Strategy, String> {
     s.parse::<Strategy>().map_err(|e| e.to_string())
 }
@@ -74,50 +59,50 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// Every strategy on `problem`, best first: arena, ratio to the lower
-/// bound, whether proven optimal, and time (or why it failed).
-pub fn compare_table(problem: &Problem, args: PlanArgs) -> Result<String> {
-    let mut rows: Vec<(Option<u64>, String)> = Vec::new();
-    for &strategy in Strategy::ALL {
-        let started = Instant::now();
-        let result = plan(
-            problem,
-            &PlanOptions {
-                strategy,
-                ..args.options()
-            },
-        );
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(p) => rows.push((
-                Some(p.arena_bytes),
-                format!(
-                    "{:<24} {:>28} {:>8.3} {:>8} {:>11.1}",
-                    if strategy == Strategy::Auto {
-                        format!("auto ({})", p.strategy)
-                    } else {
-                        strategy.name().to_string()
-                    },
-                    human_bytes(p.arena_bytes),
-                    p.ratio(),
-                    if p.optimal { "yes" } else { "no" },
-                    ms
-                ),
-            )),
-            Err(e @ PlanError::DoesNotFit { .. }) => {
-                rows.push((None, format!("{:<24} {e}", strategy.name())))
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    rows.sort_by_key(|(arena, _)| arena.unwrap_or(u64::MAX));
+/// The `--compare` table: every strategy's arena, ratio to the lower
+/// bound, whether proven optimal, and time (or why it failed), in the
+/// order given (best first, as [`stow_compile::compare`] returns them).
+pub fn compare_table(rows: &[Comparison]) -> String {
     let mut out = format!(
         "{:<24} {:>28} {:>8} {:>8} {:>11}\n",
         "strategy", "arena", "ratio", "optimal", "time ms"
     );
-    for (_, row) in rows {
-        out.push_str(&row);
-        out.push('\n');
+    for row in rows {
+        let ms = row.elapsed.as_secs_f64() * 1e3;
+        match &row.outcome {
+            Outcome::Planned {
+                used,
+                arena_bytes,
+                ratio,
+                optimal,
+            } => say!(
+                out,
+                "{:<24} {:>28} {:>8.3} {:>8} {:>11.1}",
+                if row.strategy == Strategy::Auto {
+                    format!("auto ({used})")
+                } else {
+                    row.strategy.name().to_string()
+                },
+                human_bytes(*arena_bytes),
+                ratio,
+                if *optimal { "yes" } else { "no" },
+                ms
+            ),
+            Outcome::DoesNotFit {
+                pool,
+                needed,
+                capacity,
+                short,
+            } => {
+                let e = PlanError::DoesNotFit {
+                    pool: pool.clone(),
+                    needed: *needed,
+                    capacity: *capacity,
+                    short: *short,
+                };
+                say!(out, "{:<24} {e}", row.strategy.name())
+            }
+        }
     }
-    Ok(out)
+    out
 }

@@ -40,7 +40,7 @@ pub struct Args {
     pub tolerance: f64,
     /// Refuse a bundle whose arena is larger than this many bytes (the
     /// check allocates it).
-    #[arg(long, value_name = "BYTES", default_value_t = crate::cmd::planning::DEFAULT_MAX_ARENA)]
+    #[arg(long, value_name = "BYTES", default_value_t = stow_compile::DEFAULT_MAX_ARENA)]
     pub max_arena: u64,
 }
 
@@ -111,12 +111,18 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(0);
     if threads > 0 {
-        stow_cli::build::plan_scratch(&mut graph, threads as u32)
+        stow_compile::plan_scratch(&mut graph, threads as u32)
             .with_context(|| format!("loading {}", args.model.display()))?;
     }
     let c = bundle.contents();
-    crate::cmd::planning::within_max_arena("the bundle's arena", c.arena_bytes, args.max_arena)
-        .with_context(|| format!("checking {}", args.bundle.display()))?;
+    if c.arena_bytes > args.max_arena {
+        bail!(
+            "checking {}: the bundle's arena needs {} bytes, more than --max-arena {}; raise the limit if this is intended",
+            args.bundle.display(),
+            c.arena_bytes,
+            args.max_arena
+        );
+    }
     let offsets = match_bundle(&graph, c, &args.bundle.display().to_string())?;
     let inputs = match &args.input_dir {
         Some(file) if file.is_file() => stow_onnx::read_npz(&graph, file)?,

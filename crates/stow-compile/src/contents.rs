@@ -1,0 +1,239 @@
+//! Turning a planned model into bundle contents, and the kernel scratch
+//! pass that runs before planning.
+
+use stow_bundle::{
+    AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,
+};
+use stow_onnx::{ModelGraph, OpInfo, TensorRole};
+use stow_plan::Plan;
+use thiserror::Error;
+
+/// Why a model graph and its plan could not become bundle contents, or its
+/// kernel scratch could not be sized.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ContentsError {
+    /// A tensor's element type has no bundle code.
+    #[error("tensor `{tensor}` has element type {dtype}, which has no bundle code")]
+    UnsupportedType {
+        /// The tensor's name.
+        tensor: String,
+        /// Its element type name.
+        dtype: String,
+    },
+    /// A step's scratch (floats per thread times threads) does not fit in
+    /// 64 bits.
+    #[error("scratch of step {step} (op `{op}`) is too large")]
+    ScratchTooLarge {
+        /// The step.
+        step: usize,
+        /// Its operator's name.
+        op: String,
+    },
+    /// An operator reads or writes a tensor id the graph does not have (a
+    /// graph edited after loading).
+    #[error("step {step} (op `{op}`) uses tensor id {tensor}, which the graph does not have")]
+    UnknownTensor {
+        /// The step.
+        step: usize,
+        /// Its operator's name.
+        op: String,
+        /// The missing tensor id.
+        tensor: usize,
+    },
+    /// An arena tensor has no buffer in the plan, or its offset does not
+    /// fit in 64 bits (a plan made for another problem).
+    #[error("tensor `{tensor}` has no planned offset")]
+    Unplanned {
+        /// The tensor's name.
+        tensor: String,
+    },
+}
+
+/// A model graph with its arena plan: everything a bundle is made of.
+#[derive(Clone, Copy, Debug)]
+pub struct PlannedModel<'a> {
+    /// The model.
+    pub graph: &'a ModelGraph,
+    /// For each tensor, its planned buffer (`None` for weights), as
+    /// returned by [`ModelGraph::problem`].
+    pub buffer_of: &'a [Option<usize>],
+    /// The plan of that problem.
+    pub plan: &'a Plan,
+    /// Arena size without reuse (recorded in the bundle's provenance).
+    pub naive_bytes: u64,
+    /// Arena alignment the problem was made with.
+    pub align: u64,
+    /// File name of the model (recorded in the bundle's provenance).
+    pub source_model: &'a str,
+}
+
+/// The bundle code of an element type name (`f32`, `i64`, ... as
+/// [`stow_onnx::TensorInfo::dtype`] names them), or `None` for a type
+/// bundles cannot hold.
+pub fn dtype_of(name: &str) -> Option<DType> {
+    Some(match name {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "f64" => DType::F64,
+        "i8" => DType::I8,
+        "i16" => DType::I16,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "u8" => DType::U8,
+        "u16" => DType::U16,
+        "u32" => DType::U32,
+        "u64" => DType::U64,
+        "bool" => DType::Bool,
+        _ => return None,
+    })
+}
+
+fn tensor_dtype(t: &stow_onnx::TensorInfo) -> Result<DType, ContentsError> {
+    dtype_of(t.dtype).ok_or_else(|| ContentsError::UnsupportedType {
+        tensor: t.name.clone(),
+        dtype: t.dtype.to_string(),
+    })
+}
+
+fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
+    match a {
+        stow_onnx::Attr::Int(v) => AttrValue::Int(*v),
+        stow_onnx::Attr::Ints(v) => AttrValue::Ints(v.clone()),
+        stow_onnx::Attr::Float(v) => AttrValue::Float(*v),
+        stow_onnx::Attr::Text(v) => AttrValue::Text(v.clone()),
+    }
+}
+
+/// The bundle's record of `op`. A planned scratch tensor follows the
+/// outputs (the `stow.scratch` attribute says it is there). Ids above
+/// `u32::MAX` wrap; the writer refuses graphs that large anyway.
+fn bundle_op(op: &OpInfo) -> Op {
+    Op {
+        name: op.name.clone(),
+        op_type: op.op_type.clone(),
+        attributes: op
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), attr_value(v)))
+            .collect(),
+        inputs: op.inputs.iter().map(|&i| i as u32).collect(),
+        outputs: op
+            .outputs
+            .iter()
+            .chain(&op.scratch)
+            .map(|&i| i as u32)
+            .collect(),
+    }
+}
+
+/// Plans kernel scratch (packing buffers of convolutions and matrix
+/// products) for `threads` threads into the arena: asks the runtime how
+/// many floats each step's kernel needs and adds a scratch tensor
+/// ([`ModelGraph::add_scratch`]) for every step that needs some. Run it
+/// before [`ModelGraph::problem`]; `stow verify` runs it again on the
+/// model to line its tensors up with a bundle's.
+pub fn plan_scratch(graph: &mut ModelGraph, threads: u32) -> Result<(), ContentsError> {
+    for step in 0..graph.ops.len() {
+        let op = &graph.ops[step];
+        let operands = |ids: &[usize]| -> Result<Vec<(DType, Vec<u64>)>, ContentsError> {
+            ids.iter()
+                .map(|&id| {
+                    let t = graph
+                        .tensors
+                        .get(id)
+                        .ok_or_else(|| ContentsError::UnknownTensor {
+                            step,
+                            op: op.name.clone(),
+                            tensor: id,
+                        })?;
+                    Ok((tensor_dtype(t)?, t.shape.clone()))
+                })
+                .collect()
+        };
+        let floats = stow_runtime::kernels::scratch_floats(
+            &bundle_op(op),
+            &operands(&op.inputs)?,
+            &operands(&op.outputs)?,
+        );
+        if floats > 0 {
+            let op = op.name.clone();
+            graph
+                .add_scratch(step, floats as u64, threads)
+                .ok_or(ContentsError::ScratchTooLarge { step, op })?;
+        }
+    }
+    Ok(())
+}
+
+/// Bundle contents and, per tensor, its weight bytes (empty for arena
+/// tensors), ready for [`stow_bundle::to_bytes`]. Arena tensors sit at
+/// their buffer's planned offset plus their offset inside it.
+pub fn bundle_contents<'g>(
+    p: &PlannedModel<'g>,
+) -> Result<(Contents, Vec<&'g [u8]>), ContentsError> {
+    let g = p.graph;
+    let mut tensors = Vec::with_capacity(g.tensors.len());
+    let mut weights: Vec<&'g [u8]> = Vec::with_capacity(g.tensors.len());
+    for (id, t) in g.tensors.iter().enumerate() {
+        let (kind, region) = match t.role {
+            TensorRole::Input => (TensorKind::Input, Region::Arena),
+            TensorRole::Output => (TensorKind::Output, Region::Arena),
+            TensorRole::Activation => (TensorKind::Activation, Region::Arena),
+            TensorRole::Weight => (TensorKind::Weight, Region::Weights),
+        };
+        let offset = match region {
+            Region::Arena => p
+                .buffer_of
+                .get(id)
+                .copied()
+                .flatten()
+                .and_then(|b| p.plan.offsets.get(b))
+                .and_then(|o| o.checked_add(g.offset_in_buffer(id)))
+                .ok_or_else(|| ContentsError::Unplanned {
+                    tensor: t.name.clone(),
+                })?,
+            Region::Weights => 0,
+        };
+        weights.push(if region == Region::Weights {
+            g.weight_bytes(id).unwrap_or(&[])
+        } else {
+            &[]
+        });
+        tensors.push(Tensor {
+            name: t.name.clone(),
+            kind,
+            dtype: tensor_dtype(t)?,
+            shape: t.shape.clone(),
+            region,
+            offset,
+            size: t.bytes,
+            first_step: t.first_step,
+            last_step: t.last_step,
+            alias_of: t.alias.map(|a| match a {
+                stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
+                stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
+                stow_onnx::Alias::ConcatSlice { concat_output, .. } => {
+                    (AliasKind::ConcatSlice, concat_output as u32)
+                }
+            }),
+        });
+    }
+    let contents = Contents {
+        arena_bytes: p.plan.arena_bytes,
+        arena_align: p.align,
+        tensors,
+        inputs: g.inputs.iter().map(|&i| i as u32).collect(),
+        outputs: g.outputs.iter().map(|&i| i as u32).collect(),
+        ops: g.ops.iter().map(bundle_op).collect(),
+        provenance: Provenance {
+            strategy: p.plan.strategy.name().to_string(),
+            lower_bound_bytes: p.plan.lower_bound,
+            naive_bytes: p.naive_bytes,
+            plan_micros: u64::try_from(p.plan.stats.elapsed.as_micros()).unwrap_or(u64::MAX),
+            optimal: p.plan.optimal,
+            producer: format!("stow {}", env!("CARGO_PKG_VERSION")),
+            source_model: p.source_model.to_string(),
+        },
+    };
+    Ok((contents, weights))
+}

@@ -1,0 +1,113 @@
+//! Why a compile failed: [`CompileError`].
+
+use crate::compare::Comparison;
+use crate::contents::ContentsError;
+use std::path::PathBuf;
+use stow_bundle::BundleError;
+use stow_onnx::OnnxError;
+use stow_plan::PlanError;
+use thiserror::Error;
+
+/// Why [`compile`](crate::compile) or [`Compiled::write`](crate::Compiled::write)
+/// failed. One variant per stage.
+///
+/// A variant that wraps a lower-level error says only where it happened
+/// (`compiling model.onnx`) and returns the cause from
+/// [`std::error::Error::source`]; print the whole chain (as `anyhow`'s
+/// `{:#}` does) for the full message, e.g. `compiling model.onnx: cannot
+/// read model.onnx: No such file or directory (os error 2)`.
+#[derive(Debug, Error)]
+pub enum CompileError {
+    /// [`CompileOptions::align`](crate::CompileOptions::align) is zero or not
+    /// a power of two. Checked before the model is read.
+    #[error("alignment {align} is not a power of two")]
+    BadAlignment {
+        /// The alignment given.
+        align: u64,
+    },
+    /// The frontend could not turn the model into tensors and operators:
+    /// the file is missing or not ONNX, an operator is unsupported, an
+    /// input shape or symbol is unknown or unset, external data is refused,
+    /// tract failed (the cause says which).
+    #[error("compiling {}", path.display())]
+    Load {
+        /// The model.
+        path: PathBuf,
+        /// What the frontend reported.
+        source: OnnxError,
+    },
+    /// Sizing the kernels' scratch failed: a step's scratch overflows, or a
+    /// tensor has an element type bundles cannot hold.
+    #[error("compiling {}", path.display())]
+    Scratch {
+        /// The model.
+        path: PathBuf,
+        /// Which step or tensor.
+        source: ContentsError,
+    },
+    /// One arena tensor alone is larger than
+    /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).
+    #[error("compiling {}: tensor `{tensor}` needs {bytes} bytes, more than --max-arena {limit}; raise the limit if this is intended", path.display())]
+    TensorOverMaxArena {
+        /// The model.
+        path: PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// Its size in bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The planner failed: the capacity is too small (the cause says by
+    /// how much), the problem is invalid, or a strategy's plan failed the
+    /// checker. Also raised by the strategy comparison.
+    #[error("planning {}", path.display())]
+    Plan {
+        /// The model.
+        path: PathBuf,
+        /// What the planner reported.
+        source: PlanError,
+        /// The strategy comparison, when
+        /// [`CompileOptions::compare`](crate::CompileOptions::compare) was
+        /// set and it ran before the failure: which strategies would have
+        /// fitted the capacity.
+        comparison: Option<Vec<Comparison>>,
+    },
+    /// The planned arena is larger than
+    /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).
+    #[error("planning {}: the arena needs {bytes} bytes, more than --max-arena {limit}; raise the limit if this is intended", path.display())]
+    ArenaOverMaxArena {
+        /// The model.
+        path: PathBuf,
+        /// The planned arena size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The plan could not be turned into bundle contents (a tensor without
+    /// a planned offset or with an element type bundles cannot hold).
+    #[error("bundling {}", path.display())]
+    Contents {
+        /// The model.
+        path: PathBuf,
+        /// Which tensor.
+        source: ContentsError,
+    },
+    /// The bundle writer refused the contents (too many tensors or ops, a
+    /// weight of the wrong size, or its own validation failed).
+    #[error("encoding the bundle")]
+    Encode {
+        /// What the writer reported.
+        source: BundleError,
+    },
+    /// Writing a file failed: its directory does not exist, or creating,
+    /// writing or renaming the temporary file failed. Nothing is left at
+    /// `path` (nor a temporary file beside it).
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file that was to be written.
+        path: PathBuf,
+        /// What the writer reported.
+        source: BundleError,
+    },
+}

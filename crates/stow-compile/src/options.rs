@@ -1,0 +1,74 @@
+//! What to compile with: [`CompileOptions`] and its defaults.
+
+use stow_onnx::{FixedInput, InputShape, ReuseOptions};
+use stow_plan::PlanOptions;
+
+/// Default of [`CompileOptions::max_arena`], 16 GiB: large enough for any
+/// model that fits a device, small enough that a hostile model cannot make
+/// the compiler plan (or a checker allocate) absurd sizes.
+pub const DEFAULT_MAX_ARENA: u64 = 16 << 30;
+
+/// Default of [`CompileOptions::align`]: every arena offset is a multiple
+/// of 64 bytes (a cache line, and the widest vector load the kernels use).
+pub const DEFAULT_ALIGN: u64 = 64;
+
+/// Default of [`CompileOptions::threads`]: kernel scratch for one thread.
+pub const DEFAULT_THREADS: u32 = 1;
+
+/// How to compile a model. Plain data: build it with
+/// `CompileOptions { field: value, ..Default::default() }`.
+///
+/// The defaults are those of `stow compile` without flags.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Shapes that replace the model's own for the named inputs (`stow
+    /// compile --input NAME=1x3x224x224`). A name the model does not have
+    /// is an error. Default: none (the model's shapes).
+    pub inputs: Vec<InputShape>,
+    /// Values of symbolic dimensions by symbol name (`--dim N=1`). A
+    /// symbol no input uses is an error. Default: none.
+    pub dims: Vec<(String, i64)>,
+    /// Graph inputs made constants (`--set NAME=VALUE`, `--set-npz`): they
+    /// fold into the model and are not inputs of the bundle. Default: none.
+    pub constants: Vec<FixedInput>,
+    /// Which byte sharing beyond lifetimes the frontend applies (in-place
+    /// element-wise ops, zero-copy views, in-place concats, reuse of graph
+    /// inputs, concurrent branches). Default: [`ReuseOptions::default`]
+    /// (in place, views and concat slices on; inputs kept; sequential).
+    pub reuse: ReuseOptions,
+    /// How to plan the arena: strategy, time limit and capacity. Default:
+    /// [`PlanOptions::default`] (`auto`, 1 second, no capacity).
+    pub plan: PlanOptions,
+    /// Alignment of every arena offset in bytes; a power of two. Default
+    /// [`DEFAULT_ALIGN`] (64).
+    pub align: u64,
+    /// Plan the Stowage runtime's kernel scratch (the packing buffers of
+    /// convolutions and matrix products) into the arena for this many
+    /// threads; 0 plans none, so the arena holds only the model's tensors
+    /// (for runtimes with kernels of their own). Default
+    /// [`DEFAULT_THREADS`] (1).
+    pub threads: u32,
+    /// Refuse any arena tensor, and any planned arena, larger than this
+    /// many bytes. Default [`DEFAULT_MAX_ARENA`] (16 GiB).
+    pub max_arena: u64,
+    /// Also run every strategy on the model's problem and report each
+    /// one's arena and time in [`Report::comparison`](crate::Report::comparison)
+    /// (the bundle still uses [`CompileOptions::plan`]). Default: false.
+    pub compare: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            inputs: Vec::new(),
+            dims: Vec::new(),
+            constants: Vec::new(),
+            reuse: ReuseOptions::default(),
+            plan: PlanOptions::default(),
+            align: DEFAULT_ALIGN,
+            threads: DEFAULT_THREADS,
+            max_arena: DEFAULT_MAX_ARENA,
+            compare: false,
+        }
+    }
+}

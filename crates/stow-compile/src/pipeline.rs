@@ -1,0 +1,203 @@
+//! The entry point: [`compile`] a model into a [`Compiled`] bundle.
+
+use crate::compare::{compare, Comparison};
+use crate::contents::{bundle_contents, plan_scratch, PlannedModel};
+use crate::error::CompileError;
+use crate::options::CompileOptions;
+use crate::report::{Report, ReportInputs};
+use std::fmt;
+use std::path::Path;
+use std::time::Instant;
+use stow_onnx::{LoadOptions, ModelGraph};
+use stow_plan::{plan, Plan, PlanError, PlanOptions, Problem, Strategy};
+
+/// A compiled model: the encoded bundle, its report, and what it was made
+/// from (the planning problem, the plan and the model graph).
+pub struct Compiled {
+    bytes: Vec<u8>,
+    report: Report,
+    problem: Problem,
+    plan: Plan,
+    graph: ModelGraph,
+    buffer_of: Vec<Option<usize>>,
+}
+
+impl Compiled {
+    /// The bundle, as [`stow_bundle::to_bytes`] encoded (and validated) it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The bundle, taken out.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// The numbers of the compile.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The planning problem the arena was planned from (buffer `i` is
+    /// [`Plan::offsets`]`[i]`); `stow compile --dump-problem` writes it.
+    pub fn problem(&self) -> &Problem {
+        &self.problem
+    }
+
+    /// The plan the bundle holds (it passed the checker).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The model as the frontend recorded it, kernel scratch included.
+    pub fn graph(&self) -> &ModelGraph {
+        &self.graph
+    }
+
+    /// For each tensor of [`Compiled::graph`], its buffer in
+    /// [`Compiled::problem`] (`None` for weights).
+    pub fn buffer_of(&self) -> &[Option<usize>] {
+        &self.buffer_of
+    }
+
+    /// Writes the bundle to `path` atomically: into a temporary file beside
+    /// it, then renamed ([`stow_bundle::write_file`]). On error nothing is
+    /// left at `path`, nor a temporary file.
+    pub fn write(&self, path: &Path) -> Result<(), CompileError> {
+        stow_bundle::write_file(path, &self.bytes).map_err(|source| CompileError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+impl fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compiled")
+            .field("bytes", &self.bytes.len())
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Compiles the ONNX model at `model` into a bundle, in memory.
+///
+/// The stages, in order: check the options; load the model with its input
+/// shapes, symbol values and reuse switches
+/// ([`stow_onnx::load`]); add kernel scratch for
+/// [`CompileOptions::threads`] threads ([`plan_scratch`]); refuse any arena
+/// tensor above [`CompileOptions::max_arena`]; build the planning problem
+/// and, when asked, compare every strategy; plan (every plan passes the
+/// checker) and refuse an arena above the limit; plan without reuse for
+/// the report; build the bundle contents and encode them (the writer
+/// validates its own output).
+///
+/// Each stage's failure is its own [`CompileError`] variant. Nothing is
+/// written: see [`Compiled::write`].
+pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, CompileError> {
+    let started = Instant::now();
+    let path = || model.to_path_buf();
+    if options.align == 0 || !options.align.is_power_of_two() {
+        return Err(CompileError::BadAlignment {
+            align: options.align,
+        });
+    }
+    let load = LoadOptions {
+        inputs: options.inputs.clone(),
+        dims: options.dims.clone(),
+        constants: options.constants.clone(),
+        reuse: options.reuse,
+    };
+    let mut graph = stow_onnx::load(model, &load).map_err(|source| CompileError::Load {
+        path: path(),
+        source,
+    })?;
+    if options.threads > 0 {
+        plan_scratch(&mut graph, options.threads).map_err(|source| CompileError::Scratch {
+            path: path(),
+            source,
+        })?;
+    }
+    let limit = options.max_arena;
+    if let Some(t) = graph
+        .tensors
+        .iter()
+        .find(|t| t.role.in_arena() && t.bytes > limit)
+    {
+        return Err(CompileError::TensorOverMaxArena {
+            path: path(),
+            tensor: t.name.clone(),
+            bytes: t.bytes,
+            limit,
+        });
+    }
+    let (problem, buffer_of) = graph.problem(options.align);
+    let planning = |source: PlanError, comparison: Option<Vec<Comparison>>| CompileError::Plan {
+        path: path(),
+        source,
+        comparison,
+    };
+    let comparison = if options.compare {
+        Some(compare(&problem, &options.plan).map_err(|e| planning(e, None))?)
+    } else {
+        None
+    };
+    let chosen = match plan(&problem, &options.plan) {
+        Ok(p) => p,
+        Err(e) => return Err(planning(e, comparison)),
+    };
+    if chosen.arena_bytes > limit {
+        return Err(CompileError::ArenaOverMaxArena {
+            path: path(),
+            bytes: chosen.arena_bytes,
+            limit,
+        });
+    }
+    let naive = plan(
+        &problem,
+        &PlanOptions {
+            strategy: Strategy::Naive,
+            ..PlanOptions::default()
+        },
+    )
+    .map_err(|e| planning(e, None))?;
+    let source_model = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let planned = PlannedModel {
+        graph: &graph,
+        buffer_of: &buffer_of,
+        plan: &chosen,
+        naive_bytes: naive.arena_bytes,
+        align: options.align,
+        source_model: &source_model,
+    };
+    let (contents, weights) =
+        bundle_contents(&planned).map_err(|source| CompileError::Contents {
+            path: path(),
+            source,
+        })?;
+    let bytes = stow_bundle::to_bytes(&contents, &weights)
+        .map_err(|source| CompileError::Encode { source })?;
+    drop(weights);
+    let report = Report::new(ReportInputs {
+        graph: &graph,
+        buffer_of: &buffer_of,
+        problem: &problem,
+        plan: &chosen,
+        auto: options.plan.strategy == Strategy::Auto,
+        naive_bytes: naive.arena_bytes,
+        bundle_bytes: bytes.len() as u64,
+        comparison,
+        compile_time: started.elapsed(),
+    });
+    Ok(Compiled {
+        bytes,
+        report,
+        problem,
+        plan: chosen,
+        graph,
+        buffer_of,
+    })
+}
