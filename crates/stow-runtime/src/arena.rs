@@ -1,5 +1,5 @@
-//! The activation arena: one zeroed allocation of the planned size, and
-//! typed views of the tensors the plan placed in it.
+//! The activation arena: one zeroed allocation of the planned size (or a
+//! caller's buffer), and typed views of the tensors the plan placed in it.
 
 use crate::lookup::{self, Element, LookupError, TensorKey, TensorRef};
 use crate::Bundle;
@@ -31,6 +31,27 @@ pub enum ArenaError {
         /// The size asked for.
         bytes: u64,
     },
+    /// A caller's buffer does not start at a multiple of the arena
+    /// alignment.
+    #[error("{}: the arena buffer at {address:#x} is not aligned to {align} bytes", path.display())]
+    Misaligned {
+        /// The bundle.
+        path: std::path::PathBuf,
+        /// Address of the buffer's first byte.
+        address: usize,
+        /// The alignment the bundle needs (`arena_align`).
+        align: u64,
+    },
+    /// A caller's buffer is smaller than the arena.
+    #[error("{}: the arena buffer holds {given} bytes, the bundle needs {need}", path.display())]
+    TooSmall {
+        /// The bundle.
+        path: std::path::PathBuf,
+        /// Bytes in the buffer.
+        given: usize,
+        /// Bytes the arena needs (`arena_bytes`).
+        need: u64,
+    },
 }
 
 /// The unit of allocation: 64 bytes aligned to 64, so that a `Vec` of
@@ -43,7 +64,9 @@ struct Chunk([u8; CHUNK]);
 const CHUNK: usize = 64;
 
 /// A bundle's activation arena: `arena_bytes` zeroed bytes whose first
-/// byte is aligned to `arena_align`, allocated once.
+/// byte is aligned to `arena_align`, allocated once ([`Arena::new`]) or
+/// placed in a buffer the caller lends for `'a` ([`Arena::in_buffer`]:
+/// static memory on a device).
 ///
 /// Tensor views borrow the arena; the bundle is passed to each call only
 /// to find the tensor's offset, and must be the bundle the arena was made
@@ -57,20 +80,80 @@ const CHUNK: usize = 64;
 /// read a tensor only during its steps (`first_step..=last_step`), and
 /// read outputs after the last step. The borrow checker still prevents
 /// two live views where one is mutable.
-pub struct Arena {
-    chunks: Vec<Chunk>,
-    /// Byte offset of the arena's first byte in `chunks` (non-zero only
-    /// when the alignment is above 64).
+pub struct Arena<'a> {
+    storage: Storage<'a>,
+    /// Byte offset of the arena's first byte in the storage (non-zero
+    /// only for an allocation aligned above 64).
     start: usize,
     len: usize,
     align: u64,
     plan: u32,
 }
 
-impl Arena {
+enum Storage<'a> {
+    Allocated(Vec<Chunk>),
+    Borrowed(&'a mut [u8]),
+}
+
+impl Storage<'_> {
+    fn all(&self) -> &[u8] {
+        match self {
+            Storage::Allocated(chunks) => bytemuck::cast_slice(chunks),
+            Storage::Borrowed(buffer) => buffer,
+        }
+    }
+
+    fn all_mut(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Allocated(chunks) => bytemuck::cast_slice_mut(chunks),
+            Storage::Borrowed(buffer) => buffer,
+        }
+    }
+}
+
+impl<'a> Arena<'a> {
+    /// Places the arena `bundle` plans at the start of `buffer` and zeroes
+    /// it; nothing is allocated. The buffer must start at a multiple of
+    /// the bundle's `arena_align` ([`ArenaError::Misaligned`]) and hold at
+    /// least `arena_bytes` ([`ArenaError::TooSmall`]); bytes beyond are
+    /// left alone.
+    pub fn in_buffer(bundle: &Bundle, buffer: &'a mut [u8]) -> Result<Arena<'a>, ArenaError> {
+        let h = bundle.header();
+        let path = || bundle.path().to_path_buf();
+        let align = h.arena_align.max(1);
+        let address = buffer.as_ptr() as usize;
+        // `align` is a power of two (validated); one above the address
+        // space cannot be met by any address but 0.
+        if !usize::try_from(align).is_ok_and(|a| address.is_multiple_of(a)) {
+            return Err(ArenaError::Misaligned {
+                path: path(),
+                address,
+                align,
+            });
+        }
+        let len = usize::try_from(h.arena_bytes)
+            .ok()
+            .filter(|&n| n <= buffer.len())
+            .ok_or_else(|| ArenaError::TooSmall {
+                path: path(),
+                given: buffer.len(),
+                need: h.arena_bytes,
+            })?;
+        buffer[..len].fill(0);
+        Ok(Arena {
+            storage: Storage::Borrowed(buffer),
+            start: 0,
+            len,
+            align,
+            plan: h.header_crc,
+        })
+    }
+}
+
+impl Arena<'static> {
     /// Allocates the arena `bundle` plans, zeroed. Fails, rather than
     /// aborting, when the allocation is refused.
-    pub fn new(bundle: &Bundle) -> Result<Arena, ArenaError> {
+    pub fn new(bundle: &Bundle) -> Result<Arena<'static>, ArenaError> {
         let h = bundle.header();
         let path = || bundle.path().to_path_buf();
         let bytes = h.arena_bytes;
@@ -99,25 +182,28 @@ impl Arena {
         let base = chunks.as_ptr() as usize;
         let start = (align_usize - base % align_usize) % align_usize;
         Ok(Arena {
-            chunks,
+            storage: Storage::Allocated(chunks),
             start,
             len,
             align,
             plan: h.header_crc,
         })
     }
+}
 
+impl Arena<'_> {
     /// The arena's bytes.
     pub fn bytes(&self) -> &[u8] {
-        let all: &[u8] = bytemuck::cast_slice(&self.chunks);
-        // `start + len` fits: `new` allocated at least that much.
+        // `start + len` fits: `new` allocated, and `in_buffer` checked, at
+        // least that much.
+        let all = self.storage.all();
         all.get(self.start..self.start + self.len).unwrap_or(&[])
     }
 
     /// The arena's bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let (start, len) = (self.start, self.len);
-        let all: &mut [u8] = bytemuck::cast_slice_mut(&mut self.chunks);
+        let all = self.storage.all_mut();
         all.get_mut(start..start + len).unwrap_or(&mut [])
     }
 
@@ -219,7 +305,7 @@ impl Arena {
     }
 }
 
-impl std::fmt::Debug for Arena {
+impl std::fmt::Debug for Arena<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Arena")
             .field("len", &self.len)
@@ -229,5 +315,67 @@ impl std::fmt::Debug for Arena {
                 &format_args!("{:#x}", self.bytes().as_ptr() as usize),
             )
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RuntimeError;
+
+    /// A 64-aligned buffer of at least `len` bytes, leaked (bundles read
+    /// from memory borrow their bytes for `'static`).
+    fn aligned(len: usize) -> &'static mut [u8] {
+        let blocks = Box::leak(vec![Chunk([0xA5; CHUNK]); len / CHUNK + 2].into_boxed_slice());
+        bytemuck::cast_slice_mut(blocks)
+    }
+
+    /// `stow_bundle::testing::sample_bytes`, in place at a 64-byte boundary.
+    fn sample() -> Bundle {
+        let bytes = stow_bundle::testing::sample_bytes();
+        let buffer = aligned(bytes.len());
+        buffer[..bytes.len()].copy_from_slice(&bytes);
+        Bundle::from_static(&buffer[..bytes.len()]).unwrap()
+    }
+
+    #[test]
+    fn bundle_bytes_off_a_64_byte_boundary_are_refused() {
+        let bytes = stow_bundle::testing::sample_bytes();
+        let buffer = aligned(bytes.len() + 8);
+        buffer[8..8 + bytes.len()].copy_from_slice(&bytes);
+        let e = Bundle::from_static(&buffer[8..8 + bytes.len()]).unwrap_err();
+        assert!(
+            matches!(e, RuntimeError::Misaligned { align: 64, .. }),
+            "{e}"
+        );
+        let b = sample();
+        assert!(b.path().to_string_lossy().starts_with("<memory at 0x"));
+        b.verify_weights().unwrap();
+        b.release_host_pages().unwrap();
+    }
+
+    #[test]
+    fn a_caller_buffer_must_be_aligned_and_large_enough_and_is_zeroed() {
+        let b = sample();
+        let need = b.header().arena_bytes as usize;
+        assert!(need > 0);
+        let buffer = aligned(need + 64);
+        let e = Arena::in_buffer(&b, &mut buffer[1..]).unwrap_err();
+        assert!(matches!(e, ArenaError::Misaligned { align: 64, .. }), "{e}");
+        let e = Arena::in_buffer(&b, &mut buffer[..need - 1]).unwrap_err();
+        assert!(matches!(e, ArenaError::TooSmall { .. }), "{e}");
+        assert!(e.to_string().contains(&format!(
+            "holds {} bytes, the bundle needs {need}",
+            need - 1
+        )));
+        let start = buffer.as_ptr() as usize;
+        let arena = Arena::in_buffer(&b, buffer).unwrap();
+        assert_eq!((arena.len(), arena.align()), (need, 64));
+        assert_eq!(
+            arena.bytes().as_ptr() as usize,
+            start,
+            "the arena is the buffer"
+        );
+        assert!(arena.bytes().iter().all(|&x| x == 0), "the arena is zeroed");
     }
 }

@@ -4,18 +4,21 @@
 //! - [`Bundle::open`] maps and validates ([`stow_bundle::BundleView::parse`]:
 //!   everything but the weight checksum, which [`Bundle::verify_weights`]
 //!   checks on request). Opening reads no weight bytes, so it costs the
-//!   same for a 1 KB and a 400 MB model.
+//!   same for a 1 KB and a 400 MB model. [`Bundle::from_static`] validates
+//!   bytes already in memory (a bundle in flash) without copying them.
 //! - [`Bundle::weight`] views a weight as `&[T]` in the mapping, checking
 //!   element type, length and alignment; [`Bundle::tensor`],
 //!   [`Bundle::inputs`] and [`Bundle::outputs`] describe tensors.
-//! - [`Arena::new`] allocates the planned activation arena once;
+//! - [`Arena::new`] allocates the planned activation arena once
+//!   ([`Arena::in_buffer`] places it in a caller's buffer instead);
 //!   [`Arena::tensor`] and [`Arena::tensor_mut`] view the tensors in it.
 //! - [`Bundle::release_host_pages`] drops the weight pages from this
 //!   process's resident memory once they were copied elsewhere (method M5).
 //!
 //! - [`Session::new`] prepares a CPU kernel for every operator (failing
 //!   with the list of operators it cannot run), [`Session::run`] executes
-//!   them in order inside the arena without allocating.
+//!   them in order inside the arena without allocating;
+//!   [`Session::in_buffer`] runs in a caller's buffer.
 //!
 //! Lookups fail with a [`LookupError`] naming the tensor; nothing panics
 //! on the contents of a bundle. See `docs/RUNTIME.md`.
@@ -33,6 +36,12 @@ mod pool;
 mod session;
 
 pub use arena::{Arena, ArenaError, MAX_ARENA_ALIGN};
+
+/// The alignment [`Bundle::from_static`] requires of a bundle's first
+/// byte: weights sit at multiples of 64 from the start of the file, so a
+/// 64-aligned start gives every weight the alignment of any element type
+/// (a mapped file starts on a page and always has it).
+pub const BUNDLE_ALIGN: usize = 64;
 pub use lookup::{BoolByte, Element, F16Bits, LookupError, TensorKey, TensorRef};
 pub use session::{RunError, Session, SessionError, UnsupportedOp};
 
@@ -65,23 +74,40 @@ pub enum RuntimeError {
         #[source]
         source: BundleError,
     },
+    /// Bytes given to [`Bundle::from_static`] do not start at a multiple
+    /// of [`BUNDLE_ALIGN`].
+    #[error("the bundle bytes at {address:#x} are not aligned to {align} bytes (weights would be misaligned)")]
+    Misaligned {
+        /// Address of the first byte.
+        address: usize,
+        /// The alignment required ([`BUNDLE_ALIGN`]).
+        align: usize,
+    },
 }
 
-/// The mapping, shared between the validated bundle (which reads it) and
-/// [`Bundle`] (which gives the kernel advice about it).
-#[derive(Clone)]
-struct Mapping(Arc<Mmap>);
+/// The bytes a bundle reads: a mapping, shared between the validated
+/// bundle (which reads it) and [`Bundle`] (which gives the kernel advice
+/// about it), or bytes that outlive the program's use of them (a bundle
+/// in flash or `include_bytes!`).
+enum Source {
+    Mapped(Arc<Mmap>),
+    Static(&'static [u8]),
+}
 
-impl AsRef<[u8]> for Mapping {
+impl AsRef<[u8]> for Source {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        match self {
+            Source::Mapped(map) => map,
+            Source::Static(bytes) => bytes,
+        }
     }
 }
 
-/// A validated, read-only memory-mapped bundle.
+/// A validated, read-only bundle: a memory-mapped file or borrowed bytes.
 pub struct Bundle {
-    inner: OwnedBundle<Mapping>,
-    map: Arc<Mmap>,
+    inner: OwnedBundle<Source>,
+    /// The mapping, when the bundle is a mapped file (for page advice).
+    map: Option<Arc<Mmap>>,
     path: PathBuf,
 }
 
@@ -111,15 +137,44 @@ impl Bundle {
         // are validated before any byte is trusted.
         #[allow(unsafe_code)]
         let map = Arc::new(unsafe { Mmap::map(&file) }.map_err(io)?);
-        let inner =
-            OwnedBundle::new(Mapping(map.clone())).map_err(|source| RuntimeError::Invalid {
+        let inner = OwnedBundle::new(Source::Mapped(map.clone())).map_err(|source| {
+            RuntimeError::Invalid {
                 path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        Ok(Bundle {
+            inner,
+            map: Some(map),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Validates `bytes` as [`Bundle::open`] validates a file, and reads
+    /// them in place: nothing is copied, so a bundle stored in flash or
+    /// embedded with `include_bytes!` costs no RAM for its weights. The
+    /// first byte must be aligned to [`BUNDLE_ALIGN`] (64), so that every
+    /// weight is aligned for its element type
+    /// ([`RuntimeError::Misaligned`] otherwise). [`Bundle::path`] is then a
+    /// label, `<memory at 0x…>`, naming the bundle in error messages.
+    pub fn from_static(bytes: &'static [u8]) -> Result<Bundle, RuntimeError> {
+        let address = bytes.as_ptr() as usize;
+        if !address.is_multiple_of(BUNDLE_ALIGN) {
+            return Err(RuntimeError::Misaligned {
+                address,
+                align: BUNDLE_ALIGN,
+            });
+        }
+        let path = PathBuf::from(format!("<memory at {address:#x}>"));
+        let inner =
+            OwnedBundle::new(Source::Static(bytes)).map_err(|source| RuntimeError::Invalid {
+                path: path.clone(),
                 source,
             })?;
         Ok(Bundle {
             inner,
-            map,
-            path: path.to_path_buf(),
+            map: None,
+            path,
         })
     }
 
@@ -160,7 +215,8 @@ impl Bundle {
             })
     }
 
-    /// The file this bundle was opened from.
+    /// The file this bundle was opened from (a `<memory at 0x…>` label for
+    /// [`Bundle::from_static`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -220,20 +276,25 @@ impl Bundle {
     /// Borrowed weight slices stay valid and unchanged: touching them again
     /// faults the pages back in from the file. Header, tables and metadata
     /// are already decoded into [`Bundle::contents`], so nothing else needs
-    /// the mapping. A no-op (returning `Ok`) on non-Unix systems.
+    /// the mapping. A no-op (returning `Ok`) on non-Unix systems and for a
+    /// bundle read from memory ([`Bundle::from_static`]): its bytes are the
+    /// caller's.
     pub fn release_host_pages(&self) -> Result<(), RuntimeError> {
         let range = self.view().weight_section_range();
+        let Some(map) = &self.map else {
+            return Ok(());
+        };
         if range.is_empty() {
             return Ok(());
         }
-        self.dont_need(range).map_err(|source| RuntimeError::Io {
+        Self::dont_need(map, range).map_err(|source| RuntimeError::Io {
             path: self.path.clone(),
             source,
         })
     }
 
     #[cfg(unix)]
-    fn dont_need(&self, range: std::ops::Range<usize>) -> std::io::Result<()> {
+    fn dont_need(map: &Mmap, range: std::ops::Range<usize>) -> std::io::Result<()> {
         // SAFETY: MADV_DONTNEED is "unchecked" advice because on a private
         // or anonymous mapping it discards contents, changing bytes under
         // live borrows. This mapping is a read-only shared mapping of a file
@@ -244,16 +305,12 @@ impl Bundle {
         // inside the mapping; memmap2 rounds its start down to a page.
         #[allow(unsafe_code)]
         unsafe {
-            self.map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                range.start,
-                range.len(),
-            )
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
         }
     }
 
     #[cfg(not(unix))]
-    fn dont_need(&self, _range: std::ops::Range<usize>) -> std::io::Result<()> {
+    fn dont_need(_map: &Mmap, _range: std::ops::Range<usize>) -> std::io::Result<()> {
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
 //! Running a bundle: [`Session`] prepares a kernel for every operator,
-//! allocates the arena once, and runs the steps in order with every
+//! allocates the arena once (or takes a caller's buffer), and runs the steps in order with every
 //! activation at its planned offset and every weight read from the
 //! mapping.
 
@@ -124,7 +124,7 @@ pub enum RunError {
 pub struct Session<'b> {
     bundle: &'b Bundle,
     steps: Vec<Step<'b>>,
-    arena: Arena,
+    arena: Arena<'b>,
     /// One region of `scratch_per` floats per thread.
     scratch: Vec<f32>,
     scratch_per: usize,
@@ -190,6 +190,28 @@ impl<'b> Session<'b> {
     /// [`Session::new`] with `threads` threads for the kernels (the
     /// caller's and `threads − 1` workers, started here).
     pub fn with_threads(bundle: &'b Bundle, threads: usize) -> Result<Session<'b>, SessionError> {
+        Session::setup(bundle, threads, || Arena::new(bundle))
+    }
+
+    /// [`Session::with_threads`] with the arena in `buffer` instead of an
+    /// allocation (static memory on a device): the buffer must start at a
+    /// multiple of the bundle's `arena_align` and hold `arena_bytes`
+    /// ([`Arena::in_buffer`]). Setup still allocates the prepared kernels,
+    /// and kernel scratch the bundle did not plan into the arena (for more
+    /// threads than it was compiled for); a run allocates nothing.
+    pub fn in_buffer(
+        bundle: &'b Bundle,
+        buffer: &'b mut [u8],
+        threads: usize,
+    ) -> Result<Session<'b>, SessionError> {
+        Session::setup(bundle, threads, || Arena::in_buffer(bundle, buffer))
+    }
+
+    fn setup(
+        bundle: &'b Bundle,
+        threads: usize,
+        arena: impl FnOnce() -> Result<Arena<'b>, ArenaError>,
+    ) -> Result<Session<'b>, SessionError> {
         if threads == 0 {
             return Err(SessionError::NoThreads);
         }
@@ -261,7 +283,7 @@ impl<'b> Session<'b> {
         Ok(Session {
             bundle,
             steps,
-            arena: Arena::new(bundle)?,
+            arena: arena()?,
             scratch,
             scratch_per,
             pool: Pool::new(threads).map_err(SessionError::Spawn)?,
@@ -274,7 +296,7 @@ impl<'b> Session<'b> {
     }
 
     /// The arena (inputs, outputs and activations at their offsets).
-    pub fn arena(&self) -> &Arena {
+    pub fn arena(&self) -> &Arena<'b> {
         &self.arena
     }
 

@@ -1,0 +1,415 @@
+//! `stow_session_*`: a prepared model over an arena, inputs in, run,
+//! outputs out.
+
+use crate::bundle::{Shared, Side, StowBundle};
+use crate::{
+    c_name, guarded, put, report_to, require, ErrorSlot, Failure, Outcome, StowStatus,
+    STOW_ERR_INVALID_ARGUMENT, STOW_ERR_MISALIGNED, STOW_ERR_NOT_FOUND, STOW_ERR_NOT_RUN,
+    STOW_ERR_NULL_ARGUMENT, STOW_ERR_OUT_OF_MEMORY, STOW_ERR_RUN, STOW_ERR_SIZE_MISMATCH,
+    STOW_ERR_THREADS, STOW_ERR_TOO_SMALL, STOW_ERR_UNSUPPORTED, STOW_OK,
+};
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+use stow_runtime::{ArenaError, Bundle, Session, SessionError};
+
+/// A session (`stow_session` in C).
+pub struct StowSession {
+    // Declared before `shared`, so dropped first: it borrows the bundle
+    // that `shared` keeps alive.
+    session: Session<'static>,
+    shared: Arc<Shared>,
+    error: ErrorSlot,
+    /// A run succeeded and no input was touched through this API since.
+    outputs_ready: bool,
+}
+
+fn session_failure(e: SessionError) -> Failure {
+    let status = match &e {
+        SessionError::Arena(a) => match a {
+            ArenaError::Alignment { .. } => STOW_ERR_UNSUPPORTED,
+            ArenaError::Alloc { .. } => STOW_ERR_OUT_OF_MEMORY,
+            ArenaError::Misaligned { .. } => STOW_ERR_MISALIGNED,
+            ArenaError::TooSmall { .. } => STOW_ERR_TOO_SMALL,
+        },
+        SessionError::Unsupported { .. } => STOW_ERR_UNSUPPORTED,
+        SessionError::NoThreads => STOW_ERR_INVALID_ARGUMENT,
+        SessionError::Spawn(_) => STOW_ERR_THREADS,
+        SessionError::Lookup(_) => STOW_ERR_NOT_FOUND,
+        SessionError::InputSize { .. } => STOW_ERR_SIZE_MISMATCH,
+    };
+    Failure::new(status, e.to_string())
+}
+
+/// Creates a session on `bundle`'s shared state and hands it out at `*out`.
+///
+/// # Safety
+///
+/// `bundle` is NULL or a live handle; `out` NULL or valid for a write;
+/// `arena` is NULL (allocate) or `arena_len` writable bytes that nothing
+/// else touches until the session is freed.
+unsafe fn create(
+    call: &str,
+    bundle: *const StowBundle,
+    arena: Option<(*mut c_void, usize)>,
+    threads: usize,
+    out: *mut *mut StowSession,
+) -> Outcome {
+    require(out, call, "out")?;
+    // SAFETY: non-NULL; the caller lends it for a write.
+    unsafe { put(out, std::ptr::null_mut()) };
+    require(bundle, call, "bundle")?;
+    // SAFETY: non-NULL and live (the caller's contract).
+    let shared = Arc::clone(&unsafe { &*bundle }.shared);
+    // SAFETY: the `Bundle` lives inside the `Arc`'s allocation, which
+    // never moves, and the handle built below holds a clone of that `Arc`
+    // in a field dropped after the session: the bundle outlives every use
+    // of this reference. It is never handed out with the `'static`
+    // lifetime.
+    let b: &'static Bundle = unsafe { &*std::ptr::addr_of!(shared.bundle) };
+    let session = match arena {
+        None => Session::with_threads(b, threads),
+        Some((pointer, len)) => {
+            require(pointer, call, "arena")?;
+            if len > isize::MAX as usize {
+                return Err(Failure::new(
+                    STOW_ERR_INVALID_ARGUMENT,
+                    format!("{call}: {len} bytes is more than any buffer holds"),
+                ));
+            }
+            // SAFETY: non-NULL, `arena_len` writable bytes (at most
+            // isize::MAX) that the caller gives this session alone until
+            // it is freed; the session is dropped in `stow_session_free`.
+            let buffer: &'static mut [u8] =
+                unsafe { std::slice::from_raw_parts_mut(pointer.cast(), len) };
+            Session::in_buffer(b, buffer, threads)
+        }
+    }
+    .map_err(session_failure)?;
+    let handle = Box::new(StowSession {
+        session,
+        shared,
+        error: ErrorSlot::new(),
+        outputs_ready: false,
+    });
+    // SAFETY: checked non-NULL above.
+    unsafe { put(out, Box::into_raw(handle)) };
+    Ok(())
+}
+
+/// `stow_session_create`: a session whose arena is allocated here.
+///
+/// # Safety
+///
+/// `bundle` is NULL or a live handle; `out` NULL or valid for a write;
+/// `msg` NULL or `msg_cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_create(
+    bundle: *const StowBundle,
+    threads: usize,
+    out: *mut *mut StowSession,
+    msg: *mut c_char,
+    msg_cap: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_create";
+    // SAFETY: passed on from the caller.
+    let outcome = guarded(CALL, || unsafe { create(CALL, bundle, None, threads, out) });
+    // SAFETY: the caller's contract on `msg`.
+    unsafe { report_to(msg, msg_cap, outcome) }
+}
+
+/// `stow_session_create_in`: a session whose arena is the caller's
+/// `arena_len` bytes at `arena`.
+///
+/// # Safety
+///
+/// As [`stow_session_create`]; `arena` is NULL or `arena_len` writable
+/// bytes that only this session touches until it is freed.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_create_in(
+    bundle: *const StowBundle,
+    arena: *mut c_void,
+    arena_len: usize,
+    threads: usize,
+    out: *mut *mut StowSession,
+    msg: *mut c_char,
+    msg_cap: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_create_in";
+    let outcome = guarded(CALL, || {
+        // SAFETY: passed on from the caller.
+        unsafe { create(CALL, bundle, Some((arena, arena_len)), threads, out) }
+    });
+    // SAFETY: the caller's contract on `msg`.
+    unsafe { report_to(msg, msg_cap, outcome) }
+}
+
+/// `stow_session_free`: stops the worker threads and releases the
+/// session (not the caller's arena buffer). NULL is a no-op.
+///
+/// # Safety
+///
+/// `session` is NULL or a handle from `stow_session_create*` not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_free(session: *mut StowSession) -> StowStatus {
+    if session.is_null() {
+        return STOW_OK;
+    }
+    // SAFETY: a live handle made by `Box::into_raw`, given back once.
+    let handle = unsafe { Box::from_raw(session) };
+    match guarded("stow_session_free", || {
+        drop(handle);
+        Ok(())
+    }) {
+        Ok(()) => STOW_OK,
+        Err(f) => f.status,
+    }
+}
+
+/// Runs `body` on a session handle, recording a failure in it.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle not used by another thread at the
+/// same time.
+unsafe fn with_session(
+    session: *mut StowSession,
+    call: &str,
+    body: impl FnOnce(&mut StowSession) -> Outcome,
+) -> StowStatus {
+    // SAFETY: NULL or a live handle used by one thread at a time.
+    let Some(handle) = (unsafe { session.as_mut() }) else {
+        return STOW_ERR_NULL_ARGUMENT;
+    };
+    let outcome = guarded(call, || body(handle));
+    handle.error.report(outcome)
+}
+
+/// `stow_session_last_error`: the message of the last failed call on
+/// this session ("" if none), valid until the next failure on it.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_last_error(session: *const StowSession) -> *const c_char {
+    // SAFETY: NULL or a live handle (the caller's contract).
+    match unsafe { session.as_ref() } {
+        Some(handle) => handle.error.as_ptr(),
+        None => c"stow_session_last_error: `session` is NULL".as_ptr(),
+    }
+}
+
+impl StowSession {
+    /// Input `index`'s bytes in the arena.
+    fn input_bytes(&mut self, index: usize) -> Outcome<&mut [u8]> {
+        let io = self.shared.at(Side::Input, index)?;
+        self.outputs_ready = false;
+        self.session
+            .input_bytes_mut(&io.id)
+            .map_err(|e| Failure::new(STOW_ERR_NOT_FOUND, e.to_string()))
+    }
+
+    /// Output `index`'s bytes in the arena, once a run produced them.
+    fn output_bytes(&self, index: usize, call: &str) -> Outcome<&[u8]> {
+        let io = self.shared.at(Side::Output, index)?;
+        if !self.outputs_ready {
+            return Err(Failure::new(
+                STOW_ERR_NOT_RUN,
+                format!(
+                    "{call}: output `{}` is not ready: no successful stow_session_run since the inputs last changed",
+                    io.display_name()
+                ),
+            ));
+        }
+        self.session
+            .arena()
+            .tensor_bytes(self.session.bundle(), &io.id)
+            .map_err(|e| Failure::new(STOW_ERR_NOT_FOUND, e.to_string()))
+    }
+
+    /// Copies `bytes` bytes at `data` into input `index`.
+    ///
+    /// # Safety
+    ///
+    /// `data` is NULL or `bytes` readable bytes (they may lie in this
+    /// session's arena).
+    unsafe fn copy_in(
+        &mut self,
+        index: usize,
+        data: *const c_void,
+        bytes: usize,
+        call: &str,
+    ) -> Outcome {
+        require(data, call, "data")?;
+        let io = self.shared.at(Side::Input, index)?;
+        if bytes != io.byte_size {
+            return Err(Failure::new(
+                STOW_ERR_SIZE_MISMATCH,
+                format!(
+                    "{call}: input `{}` takes {} bytes, {bytes} given",
+                    io.display_name(),
+                    io.byte_size
+                ),
+            ));
+        }
+        let slot = self.input_bytes(index)?;
+        // SAFETY: `data` holds `bytes` readable bytes, and `slot` exactly
+        // `bytes` writable ones; `copy` (memmove) allows the two to
+        // overlap, for data already in the arena.
+        unsafe { std::ptr::copy(data.cast::<u8>(), slot.as_mut_ptr(), bytes) };
+        Ok(())
+    }
+}
+
+/// `stow_session_set_input`: copies `bytes` bytes into the input named
+/// `name`.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle; `name` NULL or NUL-terminated;
+/// `data` NULL or `bytes` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_set_input(
+    session: *mut StowSession,
+    name: *const c_char,
+    data: *const c_void,
+    bytes: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_set_input";
+    // SAFETY: passed on from the caller.
+    unsafe {
+        with_session(session, CALL, |s| {
+            let index = s.shared.find(Side::Input, c_name(name, CALL)?)?;
+            s.copy_in(index, data, bytes, CALL)
+        })
+    }
+}
+
+/// `stow_session_set_input_at`: copies `bytes` bytes into input `index`.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle; `data` NULL or `bytes` readable
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_set_input_at(
+    session: *mut StowSession,
+    index: usize,
+    data: *const c_void,
+    bytes: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_set_input_at";
+    // SAFETY: passed on from the caller.
+    unsafe { with_session(session, CALL, |s| s.copy_in(index, data, bytes, CALL)) }
+}
+
+/// `stow_session_input_buffer`: where input `index` lives in the arena,
+/// to be filled in place before each run.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle; `data` and `bytes` NULL or valid
+/// for a write.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_input_buffer(
+    session: *mut StowSession,
+    index: usize,
+    data: *mut *mut c_void,
+    bytes: *mut usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_input_buffer";
+    // SAFETY: passed on; the out-pointers are checked before the writes.
+    unsafe {
+        with_session(session, CALL, |s| {
+            require(data, CALL, "data")?;
+            require(bytes, CALL, "bytes")?;
+            let slot = s.input_bytes(index)?;
+            put(bytes, slot.len());
+            put(data, slot.as_mut_ptr().cast());
+            Ok(())
+        })
+    }
+}
+
+/// `stow_session_run`: runs every step. Allocates nothing.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_run(session: *mut StowSession) -> StowStatus {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        with_session(session, "stow_session_run", |s| {
+            s.outputs_ready = false;
+            s.session
+                .run()
+                .map_err(|e| Failure::new(STOW_ERR_RUN, e.to_string()))?;
+            s.outputs_ready = true;
+            Ok(())
+        })
+    }
+}
+
+/// `stow_session_output`: where output `index` lives in the arena, after
+/// a run.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle; `data` and `bytes` NULL or valid
+/// for a write.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_output(
+    session: *mut StowSession,
+    index: usize,
+    data: *mut *const c_void,
+    bytes: *mut usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_output";
+    // SAFETY: passed on; the out-pointers are checked before the writes.
+    unsafe {
+        with_session(session, CALL, |s| {
+            require(data, CALL, "data")?;
+            require(bytes, CALL, "bytes")?;
+            let out = s.output_bytes(index, CALL)?;
+            put(bytes, out.len());
+            put(data, out.as_ptr().cast());
+            Ok(())
+        })
+    }
+}
+
+/// `stow_session_copy_output`: copies output `index` into the caller's
+/// `cap` bytes at `dst`, after a run.
+///
+/// # Safety
+///
+/// `session` is NULL or a live handle; `dst` NULL or `cap` writable bytes
+/// outside this session's arena.
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_copy_output(
+    session: *mut StowSession,
+    index: usize,
+    dst: *mut c_void,
+    cap: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_copy_output";
+    // SAFETY: passed on; `dst` is checked, and its room, before the copy.
+    unsafe {
+        with_session(session, CALL, |s| {
+            require(dst, CALL, "dst")?;
+            let out = s.output_bytes(index, CALL)?;
+            if cap < out.len() {
+                return Err(Failure::new(
+                    STOW_ERR_TOO_SMALL,
+                    format!(
+                        "{CALL}: output {index} has {} bytes, the buffer holds {cap}",
+                        out.len()
+                    ),
+                ));
+            }
+            std::ptr::copy(out.as_ptr(), dst.cast::<u8>(), out.len());
+            Ok(())
+        })
+    }
+}
