@@ -1,5 +1,6 @@
-//! The pieces behind the `stow` binary that tests and tools use: the
-//! layout pictures. The compile pipeline itself is the `stow-compile`
-//! library.
+//! The pieces behind the `stow` binary that tests, tools and the Python
+//! package use: the layout pictures and the object `stow inspect --json`
+//! prints. The compile pipeline itself is the `stow-compile` library.
 
+pub mod inspect;
 pub mod picture;

@@ -2,9 +2,9 @@
 
 use crate::cmd::compile::human_bytes;
 use anyhow::{Context, Result};
-use serde_json::json;
 use std::path::PathBuf;
-use stow_bundle::{AliasKind, Contents, Region, Tensor, TensorKind};
+use stow_bundle::{AliasKind, Contents, Region, Tensor};
+use stow_cli::inspect::kind_name;
 use stow_cli::picture::{self, Layout};
 
 /// Arguments of `stow inspect`.
@@ -29,23 +29,6 @@ pub struct Args {
     /// per step, at most 100 columns wide.
     #[arg(long, conflicts_with = "json")]
     pub chart: bool,
-}
-
-pub(crate) fn kind_name(k: TensorKind) -> &'static str {
-    match k {
-        TensorKind::Input => "input",
-        TensorKind::Output => "output",
-        TensorKind::Activation => "activation",
-        TensorKind::Weight => "weight",
-    }
-}
-
-fn alias_kind_name(k: AliasKind) -> &'static str {
-    match k {
-        AliasKind::InPlace => "in_place",
-        AliasKind::View => "view",
-        AliasKind::ConcatSlice => "concat_slice",
-    }
 }
 
 pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
@@ -119,48 +102,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     if args.json {
-        let tensors: Vec<_> = c
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(id, t)| {
-                json!({
-                    "id": id,
-                    "name": t.name,
-                    "kind": kind_name(t.kind),
-                    "dtype": t.dtype.name(),
-                    "shape": t.shape,
-                    "region": if t.region == Region::Arena { "arena" } else { "weights" },
-                    "offset": t.offset,
-                    "size": t.size,
-                    "first_step": t.first_step,
-                    "last_step": t.last_step,
-                    "alias_of": t.alias_of.map(|(_, of)| c.tensors[of as usize].name.clone()),
-                    "alias_kind": t.alias_of.map(|(k, _)| alias_kind_name(k)),
-                })
-            })
-            .collect();
-        let ops: Vec<_> = c
-            .ops
-            .iter()
-            .map(|o| json!({"name": o.name, "op_type": o.op_type, "inputs": o.inputs, "outputs": o.outputs}))
-            .collect();
-        let out = json!({
-            "format_version": bundle.header().version,
-            "file_bytes": bundle.header().file_len,
-            "arena_bytes": c.arena_bytes,
-            "arena_align": c.arena_align,
-            "lower_bound_bytes": c.provenance.lower_bound_bytes,
-            "naive_bytes": c.provenance.naive_bytes,
-            "strategy": c.provenance.strategy,
-            "optimal": c.provenance.optimal,
-            "plan_micros": c.provenance.plan_micros,
-            "source_model": c.provenance.source_model,
-            "inputs": c.inputs.iter().map(|&i| c.tensors[i as usize].name.clone()).collect::<Vec<_>>(),
-            "outputs": c.outputs.iter().map(|&i| c.tensors[i as usize].name.clone()).collect::<Vec<_>>(),
-            "tensors": tensors,
-            "ops": ops,
-        });
+        let out = stow_cli::inspect::json(&bundle);
         crate::cmd::emit(&(serde_json::to_string_pretty(&out)? + "\n"));
         return Ok(());
     }
