@@ -260,3 +260,49 @@ const _: fn() = || {
     shared::<StowBundle>();
     movable::<StowSession>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        let caught = guarded::<()>("stow_test", || panic!("index {} out of range", 7));
+        let f = caught.unwrap_err();
+        assert_eq!(f.status, STOW_ERR_PANIC);
+        assert_eq!(
+            f.message,
+            "stow_test: internal error (a panic, caught): index 7 out of range"
+        );
+        let slot = ErrorSlot::new();
+        assert_eq!(slot.report(Err(f)), STOW_ERR_PANIC);
+        // SAFETY: the slot's string is NUL-terminated and alive.
+        let text = unsafe { CStr::from_ptr(slot.as_ptr()) };
+        assert!(text.to_str().unwrap().ends_with("index 7 out of range"));
+    }
+
+    #[test]
+    fn messages_with_nul_bytes_stay_whole() {
+        let slot = ErrorSlot::new();
+        slot.set("tensor `a\0b` is missing");
+        // SAFETY: as above.
+        let text = unsafe { CStr::from_ptr(slot.as_ptr()) };
+        assert_eq!(text.to_str().unwrap(), "tensor `a\\0b` is missing");
+    }
+
+    #[test]
+    fn a_cut_message_ends_on_a_character_boundary() {
+        let mut buffer = [0x55 as c_char; 8];
+        // "héllo wörld": 'é' is two bytes at 1..3; 7 bytes of room.
+        // SAFETY: 8 writable bytes.
+        unsafe { write_message(buffer.as_mut_ptr(), 8, "héllo wörld") };
+        // SAFETY: NUL-terminated by write_message.
+        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
+        assert_eq!(text.to_str().unwrap(), "héllo ");
+        // SAFETY: 3 bytes lent: "h" then 'é' would not fit whole.
+        unsafe { write_message(buffer.as_mut_ptr(), 3, "héllo") };
+        // SAFETY: as above.
+        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) };
+        assert_eq!(text.to_str().unwrap(), "h");
+    }
+}

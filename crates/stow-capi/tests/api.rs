@@ -453,6 +453,14 @@ fn null_pointers_are_errors_not_crashes() {
             null_mut(),
             0,
         ));
+        null_status(stow_bundle_open_bytes(
+            name.as_ptr().cast(),
+            8,
+            null_mut(),
+            msg.ptr(),
+            512,
+        ));
+        assert!(msg.text().contains("`out` is NULL"), "{}", msg.text());
 
         null_status(stow_bundle_verify_weights(null()));
         null_status(stow_bundle_arena(null(), &mut n, &mut n));
@@ -462,12 +470,18 @@ fn null_pointers_are_errors_not_crashes() {
         null_status(stow_bundle_input_count(null(), &mut n));
         null_status(stow_bundle_input_count(b, null_mut()));
         null_status(stow_bundle_output_count(b, null_mut()));
+        null_status(stow_bundle_output_count(null(), &mut n));
         null_status(stow_bundle_input(null(), 0, &mut info_out));
         null_status(stow_bundle_input(b, 0, null_mut()));
         null_status(stow_bundle_output(b, 0, null_mut()));
+        null_status(stow_bundle_output(null(), 0, &mut info_out));
         null_status(stow_bundle_input_index(b, null(), &mut n));
         null_status(stow_bundle_input_index(b, name.as_ptr(), null_mut()));
+        null_status(stow_bundle_input_index(null(), name.as_ptr(), &mut n));
         null_status(stow_bundle_output_index(null(), name.as_ptr(), &mut n));
+        null_status(stow_bundle_output_index(b, null(), &mut n));
+        null_status(stow_bundle_output_index(b, name.as_ptr(), null_mut()));
+        assert!(bundle_error(b).contains("`index` is NULL"));
 
         null_status(stow_session_create(
             null(),
@@ -488,6 +502,26 @@ fn null_pointers_are_errors_not_crashes() {
             512,
         ));
         assert!(msg.text().contains("`arena` is NULL"), "{}", msg.text());
+        let mut arena = Aligned::new(4096);
+        null_status(stow_session_create_in(
+            null(),
+            arena.ptr().cast(),
+            4096,
+            1,
+            &mut session_out,
+            msg.ptr(),
+            512,
+        ));
+        null_status(stow_session_create_in(
+            b,
+            arena.ptr().cast(),
+            4096,
+            1,
+            null_mut(),
+            msg.ptr(),
+            512,
+        ));
+        assert!(msg.text().contains("`out` is NULL"), "{}", msg.text());
         assert!(session_out.is_null());
 
         null_status(stow_session_set_input(
@@ -500,6 +534,19 @@ fn null_pointers_are_errors_not_crashes() {
         null_status(stow_session_set_input(s, name.as_ptr(), null(), 256));
         assert!(session_error(s).contains("`data` is NULL"));
         null_status(stow_session_set_input_at(s, 0, null(), 256));
+        null_status(stow_session_set_input_at(
+            null_mut(),
+            0,
+            data.as_ptr().cast(),
+            256,
+        ));
+        null_status(stow_session_input_buffer(
+            null_mut(),
+            0,
+            &mut ptr_out,
+            &mut n,
+        ));
+        null_status(stow_session_output(null_mut(), 0, &mut cptr_out, &mut n));
         null_status(stow_session_input_buffer(s, 0, null_mut(), &mut n));
         null_status(stow_session_input_buffer(s, 0, &mut ptr_out, null_mut()));
         null_status(stow_session_run(null_mut()));

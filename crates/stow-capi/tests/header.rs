@@ -221,3 +221,47 @@ fn a_c_program_calling_every_function_agrees_with_the_runtime() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines, want, "C and Rust disagree");
 }
+
+/// The C block of the README's "From C" section.
+fn readme_snippet() -> String {
+    let readme = std::fs::read_to_string(crate_dir().join("../../README.md")).unwrap();
+    let section = &readme[readme.find("## From C").expect("README has no `## From C`")..];
+    let start = section.find("```c\n").expect("no C block in `## From C`") + 5;
+    let len = section[start..].find("```").unwrap();
+    section[start..start + len].to_string()
+}
+
+#[test]
+fn the_readme_snippet_compiles_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("app.c");
+    std::fs::write(&source, readme_snippet()).unwrap();
+    let exe = dir.path().join("app");
+    if compile_and_link(&source, &exe).is_none() {
+        return;
+    }
+    let model = crate_dir().join("../../testdata/mlp.onnx");
+    let compiled = stow_compile::compile(&model, &stow_compile::CompileOptions::default()).unwrap();
+    let bundle_path = dir.path().join("mlp.stow");
+    compiled.write(&bundle_path).unwrap();
+    let o = Command::new(&exe).arg(&bundle_path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // mlp ends in a softmax over 10 classes: zeros in, 40 bytes of
+    // probabilities out, each in (0, 1).
+    let first: f64 = stdout
+        .strip_prefix("40 output bytes, first value ")
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(first > 0.0 && first < 1.0, "{stdout}");
+    // A bundle that is not one: a message, exit 1.
+    let o = Command::new(&exe).arg(&source).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a valid bundle"));
+}
