@@ -235,10 +235,190 @@ def two_outputs_one_value():
     return model, {"x": np.random.default_rng(11).standard_normal([2, 3]).astype(np.float32)}, []
 
 
+def conv_then(op, order):
+    """Conv with a 3x3 kernel, then `op` with the convolution's output as
+    operand `order` and a per-channel constant as the other (found by
+    tools/fuzz_graphs.py: tract folds `c - conv` and `c / conv` into the
+    kernel as if they were `conv - c` and `conv / c`)."""
+    rng = np.random.default_rng(23)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], kernel_shape=[3, 3]),
+             helper.make_node(op, ["conv", "c"][::order], ["y"])]
+    inits = [numpy_helper.from_array((rng.random([3, 2, 3, 3]) * 0.5).astype(np.float32), "w"),
+             numpy_helper.from_array(np.full([3], 0.5, np.float32), "b"),
+             numpy_helper.from_array((1 + rng.random([1, 3, 1, 1])).astype(np.float32), "c")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 6])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 3, 4])], inits)
+    # Positive inputs keep the convolution away from zero for the division.
+    return model, {"x": rng.random([1, 2, 5, 6]).astype(np.float32)}, []
+
+
+def constant_minus_conv():
+    return conv_then("Sub", -1)
+
+
+def constant_over_conv():
+    return conv_then("Div", -1)
+
+
+def conv_minus_constant():
+    return conv_then("Sub", 1)
+
+
+def strided_after(first, second_attrs, x_shape, y_shape):
+    """`first`, then a 1x1 Conv with the given strides (found by
+    tools/fuzz_graphs.py: tract moves the stride into the node before)."""
+    rng = np.random.default_rng(29)
+    c = x_shape[1]
+    nodes = [first, helper.make_node("Conv", ["a", "w2"], ["y"], kernel_shape=[1, 1], **second_attrs)]
+    inits = [weight(rng, "w1", [c, c, 3, 3]), weight(rng, "w2", [2, c, 1, 1])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    return model, {"x": rng.standard_normal(x_shape).astype(np.float32)}, []
+
+
+def conv_same_upper_then_strided_1x1():
+    first = helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], auto_pad="SAME_UPPER")
+    return strided_after(first, {"strides": [2, 2]}, [1, 2, 6, 7], [1, 2, 3, 4])
+
+
+def conv_same_lower_then_strided_1x1():
+    first = helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], auto_pad="SAME_LOWER",
+                             strides=[1, 2])
+    return strided_after(first, {"strides": [3, 1]}, [1, 2, 8, 9], [1, 2, 3, 5])
+
+
+def strided_slice_after(first_nodes, inits, x_shape, starts, steps, y_shape):
+    m = 2**63 - 1
+    axes = list(range(len(starts)))
+    inits = list(inits) + [numpy_helper.from_array(np.array(starts, np.int64), "starts"),
+                           numpy_helper.from_array(np.array([m] * len(starts), np.int64), "ends"),
+                           numpy_helper.from_array(np.array(axes, np.int64), "axes"),
+                           numpy_helper.from_array(np.array(steps, np.int64), "steps")]
+    nodes = list(first_nodes) + [helper.make_node("Slice", ["a", "starts", "ends", "axes", "steps"], ["y"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    rng = np.random.default_rng(31)
+    return model, {"x": rng.standard_normal(x_shape).astype(np.float32)}, []
+
+
+def softmax_then_strided_slice():
+    """Softmax, then a Slice with step 2 along the softmax axis: the slice
+    must not move before the normalisation (found by tools/fuzz_graphs.py)."""
+    return strided_slice_after([helper.make_node("Softmax", ["x"], ["a"], axis=1)], [], [2, 7],
+                               [0, 1], [1, 2], [2, 3])
+
+
+def conv_then_offset_strided_slice():
+    """A padded Conv, then a Slice starting at 1 with step 2 on both spatial
+    axes: the stride may move into the convolution only with the offset."""
+    rng = np.random.default_rng(37)
+    first = [helper.make_node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    return strided_slice_after(first, [weight(rng, "w", [2, 2, 3, 3])], [1, 2, 6, 7],
+                               [0, 0, 1, 1], [1, 1, 2, 2], [1, 2, 3, 3])
+
+
+def conv_then_offset_strided_slice_same_length():
+    """As above where the offset does not change the output's length (6
+    rows from 1 by 2, or from 0 by 2, are 3 either way), so a lost offset
+    gives a bundle of the right shape and wrong values."""
+    rng = np.random.default_rng(38)
+    first = [helper.make_node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    return strided_slice_after(first, [weight(rng, "w", [2, 2, 3, 3])], [1, 2, 6, 6],
+                               [0, 0, 1, 1], [1, 1, 2, 2], [1, 2, 3, 3])
+
+
+def convtranspose_output_shape_odd_padding():
+    """ConvTranspose given `output_shape` with an odd total padding: ONNX
+    puts the larger half at the start (found by tools/fuzz_graphs.py)."""
+    rng = np.random.default_rng(41)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                              output_shape=[6, 8])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6, 8])],
+                     [weight(rng, "w", [2, 3, 3, 3])])
+    return model, {"x": rng.standard_normal([1, 2, 3, 4]).astype(np.float32)}, []
+
+
+def resize_nearest_sizes_half_way():
+    """Resize nearest, asymmetric, sizes 7 -> 8 with round_prefer_ceil:
+    output 4 maps to 3.5 exactly, which rounds up (found by
+    tools/fuzz_graphs.py)."""
+    nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric",
+                              nearest_mode="round_prefer_ceil")]
+    inits = [numpy_helper.from_array(np.array([1, 1, 2, 8], np.int64), "sizes")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 7])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 8])], inits)
+    return model, {"x": np.arange(14, dtype=np.float32).reshape(1, 1, 2, 7)}, []
+
+
+def softplus_large_input():
+    """Softplus(x) is about x for large x and must stay finite (found by
+    tools/fuzz_graphs.py: exp overflowed)."""
+    nodes = [helper.make_node("Softplus", ["x"], ["y"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6])])
+    return model, {"x": np.array([-100, -1, 0, 50, 89, 364.4], np.float32)}, []
+
+
+def batchnorm_computed_statistics():
+    """BatchNormalization whose mean and variance are computed from the
+    data, as TensorFlow exports a layer normalisation (seen in
+    magika_standard_v1): tract imports only constant statistics."""
+    rng = np.random.default_rng(43)
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], axes=[0, 2], keepdims=0),
+             helper.make_node("Sub", ["x", "mean_b"], ["centred"]),
+             helper.make_node("Mul", ["centred", "centred"], ["squares"]),
+             helper.make_node("ReduceMean", ["squares"], ["var"], axes=[0, 2], keepdims=0),
+             helper.make_node("Unsqueeze", ["mean", "axes"], ["mean_b"]),
+             helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"],
+                              epsilon=1e-3)]
+    inits = [numpy_helper.from_array(np.array([0, 2], np.int64), "axes"),
+             weight(rng, "scale", [4]), weight(rng, "bias", [4])]
+    # Nodes in topological order.
+    nodes = [nodes[0], nodes[4], nodes[1], nodes[2], nodes[3], nodes[5]]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5])], inits)
+    return model, {"x": (3 + rng.standard_normal([2, 4, 5])).astype(np.float32)}, []
+
+
+def input_used_for_its_shape_only():
+    """A graph input whose shape alone is used (folded once the shapes are
+    fixed): it is still an input of the bundle."""
+    nodes = [helper.make_node("Shape", ["shape_only"], ["s"]),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["sf"], ["total"], keepdims=1),
+             helper.make_node("Add", ["x", "total"], ["y"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                             helper.make_tensor_value_info("shape_only", TensorProto.FLOAT, [2, 5])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    return model, {"x": np.array([1, 2, 3], np.float32),
+                   "shape_only": np.zeros([2, 5], np.float32)}, []
+
+
+def resize_align_corners_fractional_scale():
+    """Resize linear, align_corners, a scale whose output length is
+    fractional (6 × 0.75 = 4.5 → 4): ONNX maps x to x·(6−1)/(4−1), with
+    the output's length, not 4.5 (found by tools/fuzz_graphs.py)."""
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                              coordinate_transformation_mode="align_corners")]
+    inits = [numpy_helper.from_array(np.array([1, 1, 1, 0.75], np.float32), "scales")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 6])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 2, 4])], inits)
+    return model, {"x": np.arange(12, dtype=np.float32).reshape(1, 1, 2, 6) ** 2}, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
-         if_on_the_data_true, if_on_the_data_false, pad_bool_with_true, two_outputs_one_value]
+         if_on_the_data_true, if_on_the_data_false, pad_bool_with_true, two_outputs_one_value,
+         constant_minus_conv, constant_over_conv, conv_minus_constant,
+         conv_same_upper_then_strided_1x1, conv_same_lower_then_strided_1x1,
+         softmax_then_strided_slice, conv_then_offset_strided_slice,
+         conv_then_offset_strided_slice_same_length,
+         convtranspose_output_shape_odd_padding, resize_nearest_sizes_half_way, softplus_large_input,
+         batchnorm_computed_statistics, input_used_for_its_shape_only,
+         resize_align_corners_fractional_scale]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

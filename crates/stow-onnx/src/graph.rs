@@ -356,14 +356,23 @@ pub(crate) fn name_outputs(model: &mut TypedModel, names: &[String]) -> Result<(
         // transpose of output `a`) need a tensor each for their names.
         let repeated = !seen.insert(*outlet);
         if repeated || node.op_is::<Const>() || node.op_is::<TypedSource>() {
+            // Added by hand: `wire_node` would evaluate an Identity of a
+            // constant into another constant.
+            let fact = model
+                .outlet_fact(*outlet)
+                .map_err(tract_err)?
+                .without_value();
             let copy = model
-                .wire_node(
+                .add_node(
                     format!("{name}.copy"),
                     tract_onnx::tract_core::ops::identity::Identity,
-                    &[*outlet],
+                    tvec!(fact),
                 )
                 .map_err(tract_err)?;
-            *outlet = copy[0];
+            model
+                .add_edge(*outlet, InletId::new(copy, 0))
+                .map_err(tract_err)?;
+            *outlet = OutletId::new(copy, 0);
         }
     }
     model.select_output_outlets(&outlets).map_err(tract_err)?;
@@ -542,6 +551,22 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
             scratch: None,
             node: node_id,
         });
+    }
+    // An input that no step reads (one whose shape alone was used, folded
+    // once the shapes were fixed) is still an input of the model: callers
+    // pass it, and it gets its place.
+    for &outlet in &input_outlets {
+        if let std::collections::hash_map::Entry::Vacant(slot) = tensor_of.entry(outlet) {
+            let id = add_tensor(
+                outlet,
+                TensorRole::Input,
+                0,
+                &mut tensors,
+                &mut weights,
+                None,
+            )?;
+            slot.insert(id);
+        }
     }
     let last = ops.len().saturating_sub(1) as u32;
     let lookup = |o: &OutletId| {

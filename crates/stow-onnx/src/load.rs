@@ -36,6 +36,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         other => other?,
     };
     let decluttered = contain(Stage::Declutter, || {
+        let mut typed = typed;
+        crate::guards::guard(&mut typed)?;
         let mut model = typed
             .into_decluttered()
             .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
@@ -46,6 +48,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         {}
         crate::channels::channels_first(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
+        crate::guards::lift(&mut model)?;
         crate::graph::name_outputs(&mut model, &output_names)?;
         Ok(model)
     })?;
@@ -134,8 +137,18 @@ fn typed_model(
             break;
         }
     }
+    if proto
+        .graph
+        .as_ref()
+        .is_some_and(crate::deconv::has_output_shapes)
+    {
+        let (inputs, kernels) = inferred_deconv_shapes(&proto, model_dir, options);
+        if let Some(graph) = proto.graph.as_mut() {
+            crate::deconv::explicit_output_padding(graph, &inputs, &kernels)?;
+        }
+    }
     let model = contain(Stage::Parse, || {
-        let parsed = tract_onnx::onnx()
+        let parsed = crate::imports::onnx()
             .with_ignore_value_info(ignore_value_info)
             .parse(&proto, model_dir)
             .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
@@ -176,7 +189,7 @@ fn inferred_conditions(
     options: &LoadOptions,
 ) -> std::collections::HashMap<String, bool> {
     let found = contain(Stage::Parse, || {
-        let parsed = tract_onnx::onnx()
+        let parsed = crate::imports::onnx()
             .parse(proto, model_dir)
             .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
         let mut model = fix_inputs(parsed.model, options)?;
@@ -199,6 +212,50 @@ fn inferred_conditions(
     });
     found.unwrap_or_default()
 }
+
+/// The input and kernel shapes of the `ConvTranspose` nodes that tract's
+/// inference finds for the fixed input shapes, by node name. Best effort:
+/// a model tract cannot analyse gives none.
+fn inferred_deconv_shapes(
+    proto: &tract_onnx::pb::ModelProto,
+    model_dir: Option<&str>,
+    options: &LoadOptions,
+) -> (Shapes, Shapes) {
+    let found = contain(Stage::Parse, || {
+        let parsed = crate::imports::onnx()
+            .parse(proto, model_dir)
+            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+        let mut model = fix_inputs(parsed.model, options)?;
+        let _ = model.analyse(true);
+        let (mut inputs, mut kernels) = (Shapes::new(), Shapes::new());
+        for node in model.nodes() {
+            if node.op.name() != "ConvTranspose" {
+                continue;
+            }
+            let shape = |slot: usize| {
+                node.inputs
+                    .get(slot)
+                    .and_then(|o| model.outlet_fact(*o).ok())
+                    .and_then(|f| f.shape.concretize())
+                    .and_then(|dims| {
+                        dims.iter()
+                            .map(|d| d.to_i64().ok()?.try_into().ok())
+                            .collect()
+                    })
+            };
+            if let Some(s) = shape(0) {
+                inputs.insert(node.name.clone(), s);
+            }
+            if let Some(s) = shape(1) {
+                kernels.insert(node.name.clone(), s);
+            }
+        }
+        Ok((inputs, kernels))
+    });
+    found.unwrap_or_default()
+}
+
+type Shapes = std::collections::HashMap<String, Vec<usize>>;
 
 fn reject_unimplemented(model: &InferenceModel) -> Result<(), OnnxError> {
     let nodes: Vec<(String, String)> = model

@@ -705,24 +705,23 @@ fn data_movement(
 
 /// Where tract's coordinate transformation puts output index `x` on an
 /// input axis.
+/// Where output index `x` samples the input, by ONNX's formula for `mode`.
+/// In f64: with a scale from the shapes (7 → 8), f32 puts output 4 at
+/// 3.4999998 instead of 3.5, and nearest rounding then picks the other
+/// input (onnxruntime and ONNX's reference compute it exactly).
 fn source_coordinate(
     mode: &str,
     x: usize,
-    scale: f32,
+    scale: f64,
     len_in: usize,
     len_out: usize,
-) -> Option<f32> {
-    let x = x as f32;
+) -> Option<f64> {
+    let x = x as f64;
     Some(match mode {
         "half_pixel" => (x + 0.5) / scale - 0.5,
-        "align_corners" => {
-            let width = scale * len_in as f32;
-            if width == 1.0 {
-                0.0
-            } else {
-                x * (len_in as f32 - 1.0) / (width - 1.0)
-            }
-        }
+        // The resized length is the output's, not scale × input length.
+        "align_corners" if len_out > 1 => x * (len_in as f64 - 1.0) / (len_out as f64 - 1.0),
+        "align_corners" => 0.0,
         "asymmetric" => x / scale,
         "pytorch_half_pixel" => {
             if len_out > 1 {
@@ -732,8 +731,8 @@ fn source_coordinate(
             }
         }
         "half_pixel_symmetric" => {
-            let adjustment = len_out as f32 / (scale * len_in as f32);
-            let offset = len_in as f32 / 2.0 * (1.0 - adjustment);
+            let adjustment = len_out as f64 / (scale * len_in as f64);
+            let offset = len_in as f64 / 2.0 * (1.0 - adjustment);
             offset + (x + 0.5) / scale - 0.5
         }
         "tf_half_pixel_for_nn" => (x + 0.5) / scale,
@@ -780,8 +779,8 @@ fn resize_kernel(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<K
     for a in 0..input.len() {
         let (len_in, len_out) = (input[a], output[a]);
         let scale = match &given {
-            Some(s) => s[a],
-            None => len_out as f32 / len_in.max(1) as f32,
+            Some(s) => f64::from(s[a]),
+            None => len_out as f64 / len_in.max(1) as f64,
         };
         if len_in == len_out && scale == 1.0 {
             continue;
@@ -797,14 +796,14 @@ fn resize_kernel(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<K
             let r = x_in - cell;
             let w = if linear {
                 [
-                    (1.0 - r).clamp(0.0, 1.0),
-                    (1.0 - (1.0 - r).abs()).clamp(0.0, 1.0),
+                    (1.0 - r).clamp(0.0, 1.0) as f32,
+                    (1.0 - (1.0 - r).abs()).clamp(0.0, 1.0) as f32,
                 ]
             } else {
                 let right = r == 1.0 || (prefer_ceil && r >= 0.5);
                 [!right as u8 as f32, right as u8 as f32]
             };
-            let clamp = |i: f32| (i.max(0.0) as usize).min(len_in - 1);
+            let clamp = |i: f64| (i.max(0.0) as usize).min(len_in - 1);
             taps.push(([clamp(cell), clamp(cell + 1.0)], w));
         }
         axes.push(nn::ResizeAxis { axis: a, taps });
