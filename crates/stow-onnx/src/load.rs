@@ -180,6 +180,21 @@ fn typed_model(
     Ok((typed, output_names))
 }
 
+/// The model parsed with the fixed input shapes and analysed as far as
+/// tract's inference goes (its facts are what it could infer).
+fn analysed(
+    proto: &tract_onnx::pb::ModelProto,
+    model_dir: Option<&str>,
+    options: &LoadOptions,
+) -> Result<InferenceModel, OnnxError> {
+    let parsed = crate::imports::onnx()
+        .parse(proto, model_dir)
+        .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
+    let mut model = fix_inputs(parsed.model, options)?;
+    let _ = model.analyse(true);
+    Ok(model)
+}
+
 /// The conditions of `If` nodes that tract's inference (which propagates
 /// values through shapes) finds constant for the fixed input shapes, by
 /// node name. Best effort: a model tract cannot analyse gives none.
@@ -189,11 +204,7 @@ fn inferred_conditions(
     options: &LoadOptions,
 ) -> std::collections::HashMap<String, bool> {
     let found = contain(Stage::Parse, || {
-        let parsed = crate::imports::onnx()
-            .parse(proto, model_dir)
-            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
-        let mut model = fix_inputs(parsed.model, options)?;
-        let _ = model.analyse(true);
+        let model = analysed(proto, model_dir, options)?;
         let mut conditions = std::collections::HashMap::new();
         for node in model.nodes() {
             if node.op.name() != "If" {
@@ -222,11 +233,7 @@ fn inferred_deconv_shapes(
     options: &LoadOptions,
 ) -> (Shapes, Shapes) {
     let found = contain(Stage::Parse, || {
-        let parsed = crate::imports::onnx()
-            .parse(proto, model_dir)
-            .map_err(|e| OnnxError::tract(Stage::Parse, e))?;
-        let mut model = fix_inputs(parsed.model, options)?;
-        let _ = model.analyse(true);
+        let model = analysed(proto, model_dir, options)?;
         let (mut inputs, mut kernels) = (Shapes::new(), Shapes::new());
         for node in model.nodes() {
             if node.op.name() != "ConvTranspose" {
