@@ -197,6 +197,16 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));
     } else if let Some(cell) = any.downcast_ref::<ops::gru_cell::GruEpilogue>() {
         out.push(("hidden".into(), Attr::Int(cell.hidden as i64)));
+    } else if let Some(gs) = any.downcast_ref::<ops::nn::GridSample>() {
+        out.push(("mode".into(), Attr::Text(gs.mode.as_str().into())));
+        let padding = gs.padding_mode.as_str().into();
+        out.push(("padding_mode".into(), Attr::Text(padding)));
+        out.push(("align_corners".into(), Attr::Int(gs.align_corners as i64)));
+    } else if let Some(lrn) = any.downcast_ref::<tract_onnx_opl::lrn::Lrn>() {
+        out.push(("size".into(), Attr::Int(lrn.size as i64)));
+        out.push(("alpha".into(), Attr::Float(lrn.alpha)));
+        out.push(("beta".into(), Attr::Float(lrn.beta)));
+        out.push(("bias".into(), Attr::Float(lrn.bias)));
     } else if let Some(tile) = any.downcast_ref::<ops::array::Tile>() {
         if let Some(m) = tile
             .multipliers

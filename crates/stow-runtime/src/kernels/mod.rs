@@ -19,6 +19,7 @@ pub mod linalg;
 pub mod movement;
 pub mod nn;
 pub mod recurrent;
+pub mod sample;
 
 mod prepare;
 mod run;
@@ -262,6 +263,10 @@ pub enum Kernel {
     LstmEpilogue(usize),
     /// A GRU step's gates, for this hidden size.
     GruEpilogue(usize),
+    /// An image read at a grid's coordinates.
+    GridSample(sample::GridSample),
+    /// Local response normalisation across channels.
+    Lrn(sample::Lrn),
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

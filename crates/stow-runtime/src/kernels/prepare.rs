@@ -440,6 +440,21 @@ pub fn prepare(
         }
         "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs),
+        "GridSample" => super::sample::grid_sample(
+            attr_text(op, "mode")?,
+            attr_text(op, "padding_mode")?,
+            attr_int(op, "align_corners")? != 0,
+            ins,
+            outs,
+        ),
+        "Lrn" => super::sample::lrn(
+            attr_int(op, "size")?,
+            attr_float(op, "alpha")?,
+            attr_float(op, "beta")?,
+            attr_float(op, "bias")?,
+            ins,
+            outs,
+        ),
         other => Err(format!("no kernel for `{other}`")),
     }
 }

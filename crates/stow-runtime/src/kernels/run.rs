@@ -461,6 +461,12 @@ pub fn run_part(
                 ))
             ))
         }
+        Kernel::GridSample(g) => crate::with_load!(v.src(&ins[0])?, |x| g.run(
+            x,
+            v.src(&ins[1])?,
+            v.dst(&outs[0])?
+        )),
+        Kernel::Lrn(l) => crate::with_load!(v.src(&ins[0])?, |x| l.run(x, v.dst(&outs[0])?)),
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,
