@@ -461,6 +461,10 @@ pub fn run_part(
                 ))
             ))
         }
+        Kernel::OneHot(k) => k.run(v, ins, outs)?,
+        Kernel::ScatterElements(k) => k.run(v, ins, outs)?,
+        Kernel::ScatterNd(k) => k.run(v, ins, outs)?,
+        Kernel::GatherNd(k) => k.run(v, ins, outs)?,
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,
