@@ -65,6 +65,31 @@ fn pool_attrs(out: &mut Vec<(String, Attr)>, spec: &PoolSpec) {
     ));
 }
 
+/// OneHot's values as their raw bits (`off`, `on`: exact for every element
+/// type, which a float attribute is not), and the element type they are
+/// of. Values of a type a bundle cannot hold get only their type name,
+/// which the runtime then refuses.
+fn one_hot_values(out: &mut Vec<(String, Attr)>, off: &Tensor, on: &Tensor) {
+    let dt = off.datum_type();
+    let held = crate::dtype::element_type(dt).filter(|_| dt.is_copy() && on.datum_type() == dt);
+    let Some((name, size)) = held else {
+        out.push(("value_type".into(), Attr::Text(format!("{dt:?}"))));
+        return;
+    };
+    out.push(("value_type".into(), Attr::Text(name.into())));
+    for (key, value) in [("off", off), ("on", on)] {
+        let Ok(plain) = value.try_as_plain_ram() else {
+            continue;
+        };
+        let bytes = plain.as_bytes();
+        if bytes.len() == size as usize && bytes.len() <= 8 {
+            let mut bits = [0u8; 8];
+            bits[..bytes.len()].copy_from_slice(bytes);
+            out.push((key.into(), Attr::Int(i64::from_le_bytes(bits))));
+        }
+    }
+}
+
 /// Attributes of `op`, sorted by name.
 pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
     let mut out: Vec<(String, Attr)> = Vec::new();
@@ -207,6 +232,17 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("alpha".into(), Attr::Float(lrn.alpha)));
         out.push(("beta".into(), Attr::Float(lrn.beta)));
         out.push(("bias".into(), Attr::Float(lrn.bias)));
+    } else if let Some(hot) = any.downcast_ref::<ops::array::OneHot>() {
+        out.push(("axis".into(), Attr::Int(hot.axis as i64)));
+        out.push(("dim".into(), Attr::Int(hot.dim as i64)));
+        one_hot_values(&mut out, &hot.off, &hot.on);
+    } else if let Some(s) = any.downcast_ref::<ops::array::ScatterElements>() {
+        out.push(("axis".into(), Attr::Int(s.axis as i64)));
+        out.push(("reduction".into(), Attr::Text(s.reduction.as_str().into())));
+    } else if let Some(s) = any.downcast_ref::<ops::array::ScatterNd>() {
+        out.push(("reduction".into(), Attr::Text(s.reduction.as_str().into())));
+    } else if let Some(g) = any.downcast_ref::<ops::array::GatherNd>() {
+        out.push(("batch_dims".into(), Attr::Int(g.batch_dims as i64)));
     } else if let Some(tile) = any.downcast_ref::<ops::array::Tile>() {
         if let Some(m) = tile
             .multipliers

@@ -14,6 +14,7 @@
 pub mod cells;
 pub mod elementwise;
 pub mod gemm;
+pub mod indexing;
 pub mod layout;
 pub mod linalg;
 pub mod movement;
@@ -267,6 +268,14 @@ pub enum Kernel {
     GridSample(sample::GridSample),
     /// Local response normalisation across channels.
     Lrn(sample::Lrn),
+    /// ONNX OneHot (tract's `Onehot`).
+    OneHot(indexing::OneHot),
+    /// ONNX ScatterElements.
+    ScatterElements(indexing::ScatterElements),
+    /// ONNX ScatterND.
+    ScatterNd(indexing::ScatterNd),
+    /// ONNX GatherND.
+    GatherNd(indexing::GatherNd),
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

@@ -28,7 +28,7 @@ fn attr<'a>(op: &'a Op, name: &str) -> Option<&'a AttrValue> {
         .map(|(_, v)| v)
 }
 
-fn attr_int(op: &Op, name: &str) -> Result<i64, String> {
+pub(super) fn attr_int(op: &Op, name: &str) -> Result<i64, String> {
     match attr(op, name) {
         Some(AttrValue::Int(i)) => Ok(*i),
         _ => Err(format!("attribute `{name}` (int) is missing")),
@@ -45,7 +45,7 @@ fn attr_ints(op: &Op, name: &str) -> Result<Vec<usize>, String> {
     }
 }
 
-fn attr_text<'a>(op: &'a Op, name: &str) -> Result<&'a str, String> {
+pub(super) fn attr_text<'a>(op: &'a Op, name: &str) -> Result<&'a str, String> {
     match attr(op, name) {
         Some(AttrValue::Text(t)) => Ok(t),
         _ => Err(format!("attribute `{name}` (text) is missing")),
@@ -101,7 +101,7 @@ pub fn operand<'b>(
     })
 }
 
-fn want(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+pub(super) fn want(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if cond {
         Ok(())
     } else {
@@ -120,7 +120,7 @@ fn all_f32(ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(), String> {
     }
 }
 
-fn arity(ins: &[Operand<'_>], outs: &[Operand<'_>], n_in: usize) -> Result<(), String> {
+pub(super) fn arity(ins: &[Operand<'_>], outs: &[Operand<'_>], n_in: usize) -> Result<(), String> {
     want(ins.len() == n_in && outs.len() == 1, || {
         format!(
             "expected {n_in} inputs and 1 output, found {} and {}",
@@ -455,6 +455,9 @@ pub fn prepare(
             ins,
             outs,
         ),
+        "Onehot" | "ScatterElements" | "ScatterNd" | "GatherNd" => {
+            super::indexing::prepare(op, ins, outs)
+        }
         other => Err(format!("no kernel for `{other}`")),
     }
 }

@@ -467,6 +467,10 @@ pub fn run_part(
             v.dst(&outs[0])?
         )),
         Kernel::Lrn(l) => crate::with_load!(v.src(&ins[0])?, |x| l.run(x, v.dst(&outs[0])?)),
+        Kernel::OneHot(k) => k.run(v, ins, outs)?,
+        Kernel::ScatterElements(k) => k.run(v, ins, outs)?,
+        Kernel::ScatterNd(k) => k.run(v, ins, outs)?,
+        Kernel::GatherNd(k) => k.run(v, ins, outs)?,
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,
