@@ -15,8 +15,10 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 cc="${CC:-cc}"
 cd "$root"
 
-cargo build -q --release -p stow-capi
-cargo build -q --release -p stow-cli
+# The same selection as the README's `cargo test --workspace --release`:
+# cargo resolves features per selection, so building one package alone
+# would build tract a second time with other features.
+cargo build -q --release --workspace --all-targets
 lib="$target/release/libstow_capi.a"
 
 work="$(mktemp -d)"

@@ -19,6 +19,9 @@ if [ -z "$python" ]; then
   python="$venv/bin/python"
 fi
 cd "$root"
-cargo build -q --release -p stow-cli
+# The same selection as the README's `cargo test --workspace --release`:
+# cargo resolves features per selection, so building one package alone
+# would build tract a second time with other features.
+cargo build -q --release --workspace --all-targets
 target="${CARGO_TARGET_DIR:-$root/target}"
 "$python" tools/conformance.py --stow "$target/release/stow" "$@"

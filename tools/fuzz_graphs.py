@@ -524,6 +524,18 @@ def op_binary(b, op):
     b.node(op, args, exact=exact, mag=mag, pos=a.pos and other.pos and op in ("Add", "Max", "Min", "Mul"))
 
 
+def op_mod(b, op):
+    """Mod by a divisor kept away from 0, of either sign; fmod=1 for floats
+    (ONNX requires it), either for integers."""
+    rng = b.rng
+    a = b.pick(NUM, discont=True)
+    d = b.make_pos(b.other_operand(a))
+    if rng.random() < 0.5:
+        d = b.node("Neg", [d], exact=d.exact, mag=d.mag)[0]
+    fmod = 1 if a.dt in FLOATS else int(rng.integers(0, 2))
+    b.node("Mod", [a, d], exact=a.exact and d.exact, mag=d.mag, fmod=fmod)
+
+
 def op_compare(b, op):
     rng = b.rng
     dts = NUM + ("bool",) if op == "Equal" else NUM
@@ -1174,6 +1186,7 @@ for _op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"):
 for _op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
     OPS[_op] = (op_compare, 0.8)
 OPS["Where"] = (op_where, 0.5)
+OPS["Mod"] = (op_mod, 0.6)
 for _op in ("And", "Or", "Xor", "Not"):
     OPS[_op] = (op_logic, 0.4)
 OPS.update({

@@ -30,7 +30,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]; then
 fi
 cd "$root"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
-cargo build -q --release -p stow-cli
+# The same selection as the README's `cargo test --workspace --release`:
+# cargo resolves features per selection, so building one package alone
+# would build tract a second time with other features.
+cargo build -q --release --workspace --all-targets
 export STOW_BIN="$CARGO_TARGET_DIR/release/stow"
 # maturin comes from the venv (the build backend runs it from PATH), so no
 # isolated build environment is needed.

@@ -369,3 +369,57 @@ fn a_panic_inside_tract_is_one_clean_error_line() {
     );
     assert!(!out.exists());
 }
+
+/// mlp.onnx with a Dropout on its output whose `training_mode` is a bool
+/// graph input `train` (ratio 0.5).
+fn mlp_with_training_dropout(dir: &Path) -> std::path::PathBuf {
+    use tract_onnx::pb::{type_proto, NodeProto, TensorProto, TypeProto, ValueInfoProto};
+    let bytes = std::fs::read(testdata("mlp.onnx")).unwrap();
+    let mut proto = tract_onnx::pb::ModelProto::decode(&bytes[..]).unwrap();
+    let graph = proto.graph.as_mut().unwrap();
+    let out = graph.output[0].name.clone();
+    let last = graph.node.last_mut().unwrap();
+    last.output[0] = "before_dropout".into();
+    graph.node.push(NodeProto {
+        name: "the_dropout".into(),
+        op_type: "Dropout".into(),
+        input: vec!["before_dropout".into(), "ratio".into(), "train".into()],
+        output: vec![out],
+        ..Default::default()
+    });
+    graph.initializer.push(TensorProto {
+        name: "ratio".into(),
+        data_type: 1,
+        float_data: vec![0.5],
+        ..Default::default()
+    });
+    graph.input.push(ValueInfoProto {
+        name: "train".into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: 9,
+                shape: Some(Default::default()),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let model = dir.join("dropout.onnx");
+    std::fs::write(&model, proto.encode_to_vec()).unwrap();
+    model
+}
+
+#[test]
+fn dropout_that_may_train_is_refused_until_its_mode_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = mlp_with_training_dropout(dir.path());
+    let out = dir.path().join("o.stow");
+    let (model, out) = (model.to_str().unwrap(), out.to_str().unwrap());
+    assert_clean_failure(
+        &["compile", model, "-o", out],
+        Path::new(out),
+        &["the_dropout", "training mode", "--set"],
+    );
+    let o = stow(&["compile", model, "--set", "train=false", "-o", out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

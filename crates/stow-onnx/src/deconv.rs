@@ -1,5 +1,5 @@
-//! `ConvTranspose` given `output_shape`: the padding ONNX implies, made
-//! explicit before tract imports it.
+//! `ConvTranspose` given `output_shape` or `auto_pad` SAME_*: the padding
+//! ONNX implies, made explicit before tract imports it.
 //!
 //! ONNX derives the padding from the requested output: a total of
 //! `stride·(in − 1) + output_padding + (kernel − 1)·dilation + 1 − out`,
@@ -45,8 +45,12 @@ pub(crate) fn has_output_shapes(graph: &GraphProto) -> bool {
     graph.node.iter().any(wants_output_shape)
 }
 
+/// An `output_shape`, or `auto_pad` SAME_*, which asks for the input's
+/// shape times the strides: both leave the padding to ONNX's rule.
 fn wants_output_shape(node: &NodeProto) -> bool {
-    node.op_type == "ConvTranspose" && ints(node, "output_shape").is_some()
+    node.op_type == "ConvTranspose"
+        && (ints(node, "output_shape").is_some()
+            || text(node, "auto_pad").is_some_and(|p| p.starts_with("SAME_")))
 }
 
 /// Rewrites every `ConvTranspose` of `graph` that has an `output_shape`
@@ -61,12 +65,20 @@ pub(crate) fn explicit_output_padding(
     let mut rewritten = 0;
     for node in graph.node.iter_mut().filter(|n| wants_output_shape(n)) {
         let key = node_key(node);
-        let (Some(input), Some(output_shape)) =
-            (input_shapes.get(&key), ints(node, "output_shape"))
-        else {
+        let Some(input) = input_shapes.get(&key) else {
             continue;
         };
         let spatial = input.len().saturating_sub(2);
+        let ones = vec![1; spatial];
+        let strides = ints(node, "strides").unwrap_or_else(|| ones.clone());
+        let output_shape = match ints(node, "output_shape") {
+            Some(shape) => shape,
+            None => input[2..]
+                .iter()
+                .zip(&strides)
+                .map(|(&d, &s)| d as i64 * s)
+                .collect(),
+        };
         let kernel: Vec<i64> = match ints(node, "kernel_shape") {
             Some(k) => k,
             None => match kernel_shapes.get(&key) {
@@ -91,9 +103,7 @@ pub(crate) fn explicit_output_padding(
                 spatial
             )));
         }
-        let ones = vec![1; spatial];
         let zeros = vec![0; spatial];
-        let strides = ints(node, "strides").unwrap_or_else(|| ones.clone());
         let dilations = ints(node, "dilations").unwrap_or_else(|| ones.clone());
         let extra = ints(node, "output_padding").unwrap_or_else(|| zeros.clone());
         let same_upper = text(node, "auto_pad").is_some_and(|p| p == "SAME_UPPER");

@@ -46,6 +46,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         while crate::unroll::unroll_loops(&mut model)?
             | crate::branches::select_branches(&mut model)?
         {}
+        crate::refusals::refuse_random(&model)?;
         crate::channels::channels_first(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;

@@ -1,5 +1,7 @@
 //! Operators whose import by tract computes something other than what
-//! ONNX specifies, refused before tract sees them.
+//! ONNX specifies, refused before tract sees them; and operators no bundle
+//! can reproduce (random draws), refused once tract has folded the ones
+//! that are constant.
 //!
 //! Each entry was found by comparing with the ONNX node suite's expected
 //! outputs (`tools/conformance.py`). A bundle that compiles must compute
@@ -67,5 +69,35 @@ pub(crate) fn refuse_mistranslated(graph: &GraphProto) -> Result<(), OnnxError> 
         stage: Stage::Parse,
         node: Some(found[0].0.clone()),
         message: format!("refused rather than compiled wrong: {}", list.join("; ")),
+    })
+}
+
+/// Fails naming every `Dropout` that survived decluttering: tract folds
+/// one whose `training_mode` and `ratio` are constants that make it an
+/// identity, so one left here may drop elements at random, which a bundle
+/// cannot reproduce.
+pub(crate) fn refuse_random(model: &tract_onnx::prelude::TypedModel) -> Result<(), OnnxError> {
+    let names: Vec<&str> = model
+        .nodes()
+        .iter()
+        .filter(|n| n.op.name() == "Dropout")
+        .map(|n| n.name.as_str())
+        .collect();
+    let Some(first) = names.first() else {
+        return Ok(());
+    };
+    Err(OnnxError::Tract {
+        stage: Stage::Declutter,
+        node: Some(first.to_string()),
+        message: format!(
+            "Dropout {} may run in training mode, which drops elements at random: \
+             its `training_mode` (or `ratio`) input is not a constant; fix it with \
+             --set NAME=false (or NAME=0 for the ratio), or export the model for inference",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     })
 }

@@ -116,8 +116,9 @@ impl Unary {
         })
     }
 
+    /// The function at one point.
     #[inline(always)]
-    fn apply(self, x: f32) -> f32 {
+    pub fn apply(self, x: f32) -> f32 {
         use Unary::*;
         match self {
             Abs => x.abs(),
@@ -203,6 +204,11 @@ fn erf_far(x: f32) -> f32 {
     let poly = A.iter().rev().fold(0.0, |acc, a| (acc + a) * t);
     let y = 1.0 - (1.0 + poly).powi(16).recip();
     y.copysign(x)
+}
+
+/// `f` of f16 elements, computed in f32 and rounded once to f16.
+pub fn unary_f16(f: Unary, src: Src<'_, half::f16>, out: &[Cell<half::f16>]) {
+    convert(src, out, |x| half::f16::from_f32(f.apply(x.to_f32())));
 }
 
 /// `out[i] = f(src[i])` over equal-length operands.

@@ -11,7 +11,9 @@
 // is indexed, not iterated: index loops are the natural form here.
 #![allow(clippy::needless_range_loop)]
 
+mod arith;
 pub mod cells;
+pub mod contract;
 pub mod elementwise;
 pub mod gemm;
 pub mod indexing;
@@ -19,6 +21,7 @@ pub mod layout;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+mod quant;
 pub mod recurrent;
 pub mod sample;
 
@@ -93,6 +96,18 @@ pub enum BinOp {
     Or,
     /// logical xor
     Xor,
+    /// remainder of the division truncated toward zero (C's `fmod`)
+    Rem,
+    /// bits shifted toward the high end
+    ShiftLeft,
+    /// bits shifted toward the low end (arithmetic for signed types)
+    ShiftRight,
+    /// bitwise and
+    BitAnd,
+    /// bitwise or
+    BitOr,
+    /// bitwise xor
+    BitXor,
 }
 
 impl BinOp {
@@ -115,6 +130,12 @@ impl BinOp {
             "And" => And,
             "Or" => Or,
             "Xor" => Xor,
+            "Rem" => Rem,
+            "ShiftLeft" => ShiftLeft,
+            "ShiftRight" => ShiftRight,
+            "BitAnd" => BitAnd,
+            "BitOr" => BitOr,
+            "BitXor" => BitXor,
             _ => return None,
         })
     }
@@ -140,6 +161,12 @@ impl BinOp {
 
     fn logical(self) -> bool {
         matches!(self, BinOp::And | BinOp::Or | BinOp::Xor)
+    }
+
+    /// Operations on the bits of integers.
+    fn bitwise(self) -> bool {
+        use BinOp::*;
+        matches!(self, ShiftLeft | ShiftRight | BitAnd | BitOr | BitXor)
     }
 }
 
@@ -172,12 +199,16 @@ pub enum Kernel {
     Select(Walk<4>),
     /// Element type conversion.
     Cast,
-    /// f32 → bool: is the value NaN.
+    /// float → bool: is the value NaN.
     IsNan,
-    /// f32 → bool: is the value +∞ (first flag) or −∞ (second).
+    /// float → bool: is the value +∞ (first flag) or −∞ (second).
     IsInf(bool, bool),
     /// bool → bool: logical not.
     Not,
+    /// Integer → same integer: every bit flipped.
+    BitNot,
+    /// f32 → (u8, scale, zero point): ONNX DynamicQuantizeLinear.
+    DynamicQuantizeU8,
     /// x^e for a constant e.
     PowConst(f32),
     /// Copies from input 0 through a walk (destination, source) with base
@@ -228,6 +259,8 @@ pub enum Kernel {
     Tile(Walk<2>, Vec<[usize; 2]>),
     /// Matrix product.
     MatMul(MatMul),
+    /// Any other Einstein summation, by a plain loop.
+    Contraction(contract::Contraction),
     /// Lower (`upper` false) or upper triangle of the last two axes; the
     /// diagonal offset `k` is read from input 1 at run time.
     Trilu {

@@ -187,7 +187,10 @@ pub fn prepare(
     let name = op.op_type.as_str();
     if let Some(f) = Unary::from_name(name) {
         arity(ins, outs, 1)?;
-        all_f32(ins, outs)?;
+        // f16 through f32: one rounding of a result more accurate than f16.
+        if ins[0].dtype != DType::F16 || outs[0].dtype != DType::F16 {
+            all_f32(ins, outs)?;
+        }
         want(ins[0].len == outs[0].len, || {
             "input and output sizes differ".into()
         })?;
@@ -243,8 +246,9 @@ pub fn prepare(
         "IsInf" => {
             arity(ins, outs, 1)?;
             want(
-                ins[0].dtype == DType::F32 && outs[0].dtype == DType::Bool,
-                || "IsInf maps f32 to bool".into(),
+                matches!(ins[0].dtype, DType::F16 | DType::F32 | DType::F64)
+                    && outs[0].dtype == DType::Bool,
+                || "IsInf maps a float to bool".into(),
             )?;
             want(ins[0].len == outs[0].len, || "sizes differ".into())?;
             Ok((
@@ -264,11 +268,35 @@ pub fn prepare(
             want(ins[0].len == outs[0].len, || "sizes differ".into())?;
             Ok((Kernel::Not, 0))
         }
+        "BitNot" => {
+            arity(ins, outs, 1)?;
+            want(
+                integer(ins[0].dtype) && outs[0].dtype == ins[0].dtype,
+                || format!("BitNot of {}", ins[0].dtype.name()),
+            )?;
+            want(ins[0].len == outs[0].len, || "sizes differ".into())?;
+            Ok((Kernel::BitNot, 0))
+        }
+        "DynamicQuantizeLinearU8" => {
+            want(ins.len() == 1 && outs.len() == 3, || {
+                "DynamicQuantizeLinear takes 1 input and gives 3 outputs".into()
+            })?;
+            let types = [ins[0].dtype, outs[0].dtype, outs[1].dtype, outs[2].dtype];
+            want(
+                types == [DType::F32, DType::U8, DType::F32, DType::U8]
+                    && ins[0].len == outs[0].len
+                    && outs[1].len == 1
+                    && outs[2].len == 1,
+                || "DynamicQuantizeLinear maps f32 to u8 with one scale and zero point".into(),
+            )?;
+            Ok((Kernel::DynamicQuantizeU8, 0))
+        }
         "IsNan" => {
             arity(ins, outs, 1)?;
             want(
-                ins[0].dtype == DType::F32 && outs[0].dtype == DType::Bool,
-                || "IsNan maps f32 to bool".into(),
+                matches!(ins[0].dtype, DType::F16 | DType::F32 | DType::F64)
+                    && outs[0].dtype == DType::Bool,
+                || "IsNan maps a float to bool".into(),
             )?;
             want(ins[0].len == outs[0].len, || "sizes differ".into())?;
             Ok((Kernel::IsNan, 0))
@@ -439,7 +467,11 @@ pub fn prepare(
             ))
         }
         "Conv" | "Deconv" => conv(op, ins, outs),
-        "EinSum" => einsum(op, ins, outs),
+        "EinSum" => einsum(op, ins, outs).or_else(|product| {
+            contraction(op, ins, outs)
+                .map(|k| (k, 0))
+                .map_err(|other| format!("{product}; {other}"))
+        }),
         "GridSample" => super::sample::grid_sample(
             attr_text(op, "mode")?,
             attr_text(op, "padding_mode")?,
@@ -831,9 +863,20 @@ fn resize_kernel(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<K
 }
 
 fn castable(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::F32 | DType::F64 | DType::Bool) || integer(d)
+}
+
+fn integer(d: DType) -> bool {
     matches!(
         d,
-        DType::F32 | DType::F64 | DType::I64 | DType::I32 | DType::I8 | DType::U8 | DType::Bool
+        DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
     )
 }
 
@@ -843,19 +886,12 @@ fn binary(b: BinOp, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel,
     want(x.dtype == y.dtype, || "operand types differ".into())?;
     let ok = match x.dtype {
         DType::F32 | DType::F64 => {
-            o.dtype == if b.compares() { DType::Bool } else { x.dtype } && !b.logical()
-        }
-        DType::I8
-        | DType::I16
-        | DType::I32
-        | DType::I64
-        | DType::U8
-        | DType::U16
-        | DType::U32
-        | DType::U64 => {
             o.dtype == if b.compares() { DType::Bool } else { x.dtype }
                 && !b.logical()
-                && b != BinOp::Pow
+                && !b.bitwise()
+        }
+        t if integer(t) => {
+            o.dtype == if b.compares() { DType::Bool } else { x.dtype } && !b.logical()
         }
         DType::Bool => {
             (b.logical() || matches!(b, BinOp::Eq | BinOp::Ne)) && o.dtype == DType::Bool
@@ -1018,6 +1054,23 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         return Ok((Kernel::Deconv(s), 0));
     }
     Ok((Kernel::Conv(s), s.scratch_elems()))
+}
+
+/// An EinSum that is not a product of two f32 matrices.
+fn contraction(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel, String> {
+    want(outs.len() == 1, || "EinSum gives one output".into())?;
+    let t = outs[0].dtype;
+    want(
+        matches!(t, DType::F16 | DType::F32 | DType::F64) && ins.iter().all(|x| x.dtype == t),
+        || "EinSum on mixed or non-float types".into(),
+    )?;
+    let shapes: Vec<&[usize]> = ins.iter().map(|x| x.shape.as_slice()).collect();
+    let c = super::contract::Contraction::new(attr_text(op, "expr")?, &shapes, &outs[0].shape)?;
+    let work = c.dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    want(work.is_some_and(|w| w < 1 << 40), || {
+        "EinSum too large to loop over".into()
+    })?;
+    Ok(Kernel::Contraction(c))
 }
 
 fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, usize), String> {

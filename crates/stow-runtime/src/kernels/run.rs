@@ -4,7 +4,8 @@
 use super::cells::{self, typed, Src};
 use super::layout::Walk;
 use super::{
-    elementwise, gemm, linalg, movement, nn, recurrent, BinOp, Kernel, Loc, MatMul, Operand, Step,
+    arith, contract, elementwise, gemm, linalg, movement, nn, quant, recurrent, Kernel, Loc,
+    MatMul, Operand, Step,
 };
 use std::cell::Cell;
 use stow_bundle::DType;
@@ -72,175 +73,6 @@ macro_rules! by_size {
     };
 }
 
-fn read_num(v: &Views<'_>, o: &Operand<'_>, i: usize) -> Result<f64, Failure> {
-    Ok(match o.dtype {
-        DType::F32 => v.src::<f32>(o)?.at(i) as f64,
-        DType::F64 => v.src::<f64>(o)?.at(i),
-        DType::I64 => v.src::<i64>(o)?.at(i) as f64,
-        DType::I32 => v.src::<i32>(o)?.at(i) as f64,
-        DType::I8 => v.src::<i8>(o)?.at(i) as f64,
-        _ => v.src::<u8>(o)?.at(i) as f64,
-    })
-}
-
-fn cast(v: &Views<'_>, x: &Operand<'_>, o: &Operand<'_>) -> Result<(), Failure> {
-    macro_rules! into {
-        ($t:ty, $conv:expr) => {{
-            let out = v.dst::<$t>(o)?;
-            for (i, c) in out.iter().enumerate() {
-                c.set($conv(read_num(v, x, i)?));
-            }
-        }};
-    }
-    match o.dtype {
-        DType::F32 => into!(f32, |f: f64| f as f32),
-        DType::F64 => into!(f64, |f: f64| f),
-        DType::I64 => into!(i64, |f: f64| f as i64),
-        DType::I32 => into!(i32, |f: f64| f as i32),
-        DType::I8 => into!(i8, |f: f64| f as i8),
-        DType::Bool => into!(u8, |f: f64| (f != 0.0) as u8),
-        _ => into!(u8, |f: f64| f as u8),
-    }
-    Ok(())
-}
-
-/// Integer arithmetic as ONNX defines it for fixed-width integers:
-/// wrapping, and division truncating toward zero (a zero divisor gives 0
-/// rather than a trap).
-trait Int: bytemuck::Pod + Ord {
-    fn plus(self, c: Self) -> Self;
-    fn minus(self, c: Self) -> Self;
-    fn times(self, c: Self) -> Self;
-    fn over(self, c: Self) -> Self;
-}
-
-macro_rules! int_ops {
-    ($($t:ty),*) => {$(
-        impl Int for $t {
-            #[inline(always)]
-            fn plus(self, c: Self) -> Self { self.wrapping_add(c) }
-            #[inline(always)]
-            fn minus(self, c: Self) -> Self { self.wrapping_sub(c) }
-            #[inline(always)]
-            fn times(self, c: Self) -> Self { self.wrapping_mul(c) }
-            #[inline(always)]
-            fn over(self, c: Self) -> Self { if c == 0 { 0 } else { self.wrapping_div(c) } }
-        }
-    )*};
-}
-int_ops!(i8, i16, i32, i64, u8, u16, u32, u64);
-
-fn int_binary<T: Int>(
-    v: &Views<'_>,
-    b: BinOp,
-    walk: &Walk<3>,
-    x: &Operand<'_>,
-    y: &Operand<'_>,
-    o: &Operand<'_>,
-) -> Result<(), Failure> {
-    use elementwise::binary as run;
-    use BinOp::*;
-    let (p, q) = (v.src::<T>(x)?, v.src::<T>(y)?);
-    if b.compares() {
-        let out = v.dst::<u8>(o)?;
-        run(walk, p, q, out, move |a: T, c: T| b.compare(a, c));
-        return Ok(());
-    }
-    let out = v.dst::<T>(o)?;
-    match b {
-        Add => run(walk, p, q, out, T::plus),
-        Sub => run(walk, p, q, out, T::minus),
-        Mul => run(walk, p, q, out, T::times),
-        Div => run(walk, p, q, out, T::over),
-        Max => run(walk, p, q, out, T::max),
-        _ => run(walk, p, q, out, T::min),
-    }
-    Ok(())
-}
-
-fn float_binary<F>(
-    v: &Views<'_>,
-    b: BinOp,
-    walk: &Walk<3>,
-    x: &Operand<'_>,
-    y: &Operand<'_>,
-    o: &Operand<'_>,
-    pow: fn(F, F) -> F,
-) -> Result<(), Failure>
-where
-    F: bytemuck::Pod
-        + PartialOrd
-        + std::ops::Add<Output = F>
-        + std::ops::Sub<Output = F>
-        + std::ops::Mul<Output = F>
-        + std::ops::Div<Output = F>,
-{
-    use elementwise::binary as run;
-    use BinOp::*;
-    let (p, q) = (v.src::<F>(x)?, v.src::<F>(y)?);
-    if b.compares() {
-        let out = v.dst::<u8>(o)?;
-        run(walk, p, q, out, move |a: F, c: F| b.compare(a, c));
-        return Ok(());
-    }
-    let out = v.dst::<F>(o)?;
-    // max/min as IEEE maxNum/minNum: a NaN operand yields the other one.
-    let nan = |c: F| c.partial_cmp(&c).is_none();
-    let max = move |a: F, c: F| if a >= c || nan(c) { a } else { c };
-    let min = move |a: F, c: F| if a <= c || nan(c) { a } else { c };
-    match b {
-        Add => run(walk, p, q, out, |a, c| a + c),
-        Sub => run(walk, p, q, out, |a, c| a - c),
-        Mul => run(walk, p, q, out, |a, c| a * c),
-        Div => run(walk, p, q, out, |a, c| a / c),
-        Pow => run(walk, p, q, out, pow),
-        Max => run(walk, p, q, out, max),
-        _ => run(walk, p, q, out, min),
-    }
-    Ok(())
-}
-
-fn binary_run(
-    v: &Views<'_>,
-    b: BinOp,
-    walk: &Walk<3>,
-    x: &Operand<'_>,
-    y: &Operand<'_>,
-    o: &Operand<'_>,
-) -> Result<(), Failure> {
-    use elementwise::binary as run;
-    use BinOp::*;
-    match x.dtype {
-        DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, f32::powf)?,
-        DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, f64::powf)?,
-        DType::I8 => int_binary::<i8>(v, b, walk, x, y, o)?,
-        DType::I16 => int_binary::<i16>(v, b, walk, x, y, o)?,
-        DType::I32 => int_binary::<i32>(v, b, walk, x, y, o)?,
-        DType::I64 => int_binary::<i64>(v, b, walk, x, y, o)?,
-        DType::U8 => int_binary::<u8>(v, b, walk, x, y, o)?,
-        DType::U16 => int_binary::<u16>(v, b, walk, x, y, o)?,
-        DType::U32 => int_binary::<u32>(v, b, walk, x, y, o)?,
-        DType::U64 => int_binary::<u64>(v, b, walk, x, y, o)?,
-        DType::Bool if b.compares() => {
-            let (p, q) = (v.src::<u8>(x)?, v.src::<u8>(y)?);
-            let out = v.dst::<u8>(o)?;
-            run(walk, p, q, out, move |a: u8, c: u8| {
-                b.compare(a != 0, c != 0)
-            });
-        }
-        _ => {
-            let (p, q) = (v.src::<u8>(x)?, v.src::<u8>(y)?);
-            let out = v.dst::<u8>(o)?;
-            match b {
-                And => run(walk, p, q, out, |a, c| ((a != 0) && (c != 0)) as u8),
-                Or => run(walk, p, q, out, |a, c| ((a != 0) || (c != 0)) as u8),
-                _ => run(walk, p, q, out, |a, c| ((a != 0) != (c != 0)) as u8),
-            }
-        }
-    }
-    Ok(())
-}
-
 /// True for kernels that split their work between threads
 /// ([`run_part`]); the others run whole on one thread.
 pub fn splits(k: &Kernel) -> bool {
@@ -263,8 +95,11 @@ pub fn run_part(
     }
     match &step.kernel {
         Kernel::Nothing => {}
+        Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
+            elementwise::unary_f16(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
+        }
         Kernel::Unary(f) => elementwise::unary(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
-        Kernel::Binary(b, walk) => binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
+        Kernel::Binary(b, walk) => arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
         Kernel::Select(walk) => {
             let cond = v.src::<u8>(&ins[0])?;
             by_size!(outs[0].dtype.size_bytes(), |T| elementwise::select::<T>(
@@ -277,9 +112,9 @@ pub fn run_part(
         }
         Kernel::IsInf(positive, negative) => {
             let (p, n) = (*positive, *negative);
-            elementwise::convert(v.src::<f32>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
-                ((p && x == f32::INFINITY) || (n && x == f32::NEG_INFINITY)) as u8
-            })
+            arith::float_test(v, &ins[0], &outs[0], |x| {
+                (p && x == f64::INFINITY) || (n && x == f64::NEG_INFINITY)
+            })?
         }
         Kernel::Not => elementwise::convert(v.src::<u8>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
             (x == 0) as u8
@@ -292,12 +127,11 @@ pub fn run_part(
                 |x: f32| x.powf(e)
             ))
         }
-        Kernel::Cast => cast(v, &ins[0], &outs[0])?,
-        Kernel::IsNan => {
-            elementwise::convert(v.src::<f32>(&ins[0])?, v.dst::<u8>(&outs[0])?, |x| {
-                x.is_nan() as u8
-            })
-        }
+        Kernel::Cast => arith::cast(v, &ins[0], &outs[0])?,
+        Kernel::Contraction(c) => contract::contract(v, c, ins, &outs[0])?,
+        Kernel::BitNot => arith::bit_not(v, &ins[0], &outs[0])?,
+        Kernel::DynamicQuantizeU8 => quant::dynamic_u8(v, &ins[0], outs)?,
+        Kernel::IsNan => arith::float_test(v, &ins[0], &outs[0], f64::is_nan)?,
         Kernel::Copy { walk, base, fill } => {
             let o = &outs[0];
             if let Some(value) = fill {
@@ -403,7 +237,7 @@ pub fn run_part(
             }
         }
         Kernel::Trilu { upper, rows, cols } => {
-            let k = read_num(v, &ins[1], 0)? as i64;
+            let k = v.src::<i64>(&ins[1])?.at(0);
             let (upper, rows, cols) = (*upper, *rows as i64, *cols as i64);
             let keep = move |i: usize| {
                 let (row, col) = ((i as i64 / cols) % rows, i as i64 % cols);
