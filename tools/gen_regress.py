@@ -408,6 +408,33 @@ def resize_align_corners_fractional_scale():
     return model, {"x": np.arange(12, dtype=np.float32).reshape(1, 1, 2, 6) ** 2}, []
 
 
+def nhwc_convs_with_channel_adds():
+    """Three convolutions of a TensorFlow export in NHWC (seen in
+    open_nsfw): each Transpose -> Conv without bias -> Transpose -> Cast
+    (float to float) -> Add of a per-channel constant -> Relu, 1x1, 3x3 of
+    16 channels, 1x1. tract folds each Add into the convolution's bias, and
+    its ChangeAxes pass then took an axis added on the bias for one added
+    on the data (`Conv: Bias should be scalar or a vector`)."""
+    rng = np.random.default_rng(47)
+    channels = [3, 16, 16, 4]
+    nodes, inits, x = [], [], "x"
+    for i, (k, cin, cout) in enumerate(zip([1, 3, 1], channels, channels[1:])):
+        nodes += [
+            helper.make_node("Transpose", [x], [f"nchw{i}"], perm=[0, 3, 1, 2]),
+            helper.make_node("Conv", [f"nchw{i}", f"w{i}"], [f"conv{i}"], kernel_shape=[k, k],
+                             pads=[k // 2] * 4),
+            helper.make_node("Transpose", [f"conv{i}"], [f"nhwc{i}"], perm=[0, 2, 3, 1]),
+            helper.make_node("Cast", [f"nhwc{i}"], [f"cast{i}"], to=TensorProto.FLOAT),
+            helper.make_node("Add", [f"cast{i}", f"b{i}"], [f"biased{i}"]),
+            helper.make_node("Relu", [f"biased{i}"], ["y" if i == 2 else f"relu{i}"]),
+        ]
+        inits += [weight(rng, f"w{i}", [cout, cin, k, k]), weight(rng, f"b{i}", [1, 1, 1, cout])]
+        x = f"relu{i}"
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 3])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 4])], inits)
+    return model, {"x": rng.standard_normal([1, 8, 8, 3]).astype(np.float32)}, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -418,7 +445,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          conv_then_offset_strided_slice_same_length,
          convtranspose_output_shape_odd_padding, resize_nearest_sizes_half_way, softplus_large_input,
          batchnorm_computed_statistics, input_used_for_its_shape_only,
-         resize_align_corners_fractional_scale]
+         resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

@@ -114,6 +114,15 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         ));
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
         pool_attrs(&mut out, &pool.pool_spec);
+    } else if let Some(indices) = any.downcast_ref::<crate::imports::MaxPoolIndices>() {
+        out.push((
+            "spatial_dims".into(),
+            ints(indices.spatial_dims.iter().copied()),
+        ));
+        out.push((
+            "storage_order".into(),
+            Attr::Int(indices.column_major as i64),
+        ));
     } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
         pool_attrs(&mut out, &pool.pool_spec);
         out.push((

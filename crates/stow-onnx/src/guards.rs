@@ -17,6 +17,10 @@
 //! [`Barrier`] on the edges where a rewrite must not cross; tract sees
 //! through a barrier neither axes nor values. After the last declutter,
 //! [`lift`] removes the barriers: they never reach the bundle.
+//!
+//! One more barrier cannot be placed beforehand, as the edge it guards is
+//! made while decluttering: [`declutter`] runs tract's declutter with a pass
+//! that keeps axis changes off convolution biases (see [`ConvBiasBarriers`]).
 
 use crate::error::{OnnxError, Stage};
 use tract_onnx::prelude::*;
@@ -25,8 +29,10 @@ use tract_onnx::tract_core::ops::array::StridedSlice;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::cnn::{Conv, PaddingSpec};
 use tract_onnx::tract_core::ops::downsample::Downsample;
+use tract_onnx::tract_core::ops::konst::Const;
 use tract_onnx::tract_core::ops::math::{Div, Sub};
 use tract_onnx::tract_core::ops::nn::Softmax;
+use tract_onnx::tract_core::optim::{Optimizer, OptimizerSession, TypedPass};
 
 /// The identity, opaque to tract's optimizer.
 #[derive(Debug, Clone, Default, Hash, PartialEq, Eq)]
@@ -116,6 +122,80 @@ pub(crate) fn guard(model: &mut TypedModel) -> Result<(), OnnxError> {
             .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
     }
     Ok(())
+}
+
+/// tract's declutter, with [`ConvBiasBarriers`] run just before each
+/// `ChangeAxes` pass.
+pub(crate) fn declutter(model: &mut TypedModel) -> Result<(), OnnxError> {
+    let mut optimizer = Optimizer::declutter();
+    let change_axes = optimizer
+        .passes
+        .iter()
+        .position(|p| format!("{p:?}") == "ChangeAxes")
+        .ok_or_else(|| {
+            OnnxError::tract(Stage::Declutter, "no ChangeAxes pass in tract's declutter")
+        })?;
+    optimizer.add_pass(change_axes, Box::new(ConvBiasBarriers));
+    optimizer
+        .optimize(model)
+        .map_err(|e| OnnxError::tract(Stage::Declutter, e))
+}
+
+/// Puts a barrier on the bias edge of every convolution whose bias is not a
+/// constant.
+///
+/// tract folds a per-channel `Add`, `Sub`, `Mul` or `Div` after a
+/// convolution into its bias: the bias becomes a small chain of reshapes
+/// (`RmAxis`) and binary operations on constants, folded into one constant
+/// by the next round's `PropConst`. The round's `ChangeAxes` pass runs
+/// before that, and each `RmAxis` suggests adding its axis back. That
+/// change flows down the chain into the convolution's bias input, which
+/// `Conv::change_axes` takes for a change of its data input (it only
+/// handles axis removals on the bias): it adds a spatial axis to the
+/// convolution and leaves the bias a matrix, and the patch fails (Conv:
+/// "Bias should be scalar or a vector"). It is built, and fails, when the
+/// data side absorbs the change, as 1x1 convolutions (einsums) on both
+/// sides do (open_nsfw).
+///
+/// The barrier stops the change at the bias. A barrier passes its input's
+/// value on when evaluated, so the next `PropConst` folds a constant chain
+/// and its barrier into one constant bias, as without the barrier; a bias
+/// computed from the model's inputs keeps its barrier until [`lift`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ConvBiasBarriers;
+
+impl TypedPass for ConvBiasBarriers {
+    fn reset(&mut self) -> TractResult<()> {
+        Ok(())
+    }
+
+    fn next(
+        &mut self,
+        _session: &mut OptimizerSession,
+        _model: &TypedModel,
+    ) -> TractResult<Option<TypedModelPatch>> {
+        Ok(None)
+    }
+
+    fn run_direct(&mut self, model: &mut TypedModel) -> TractResult<bool> {
+        let unguarded: Vec<(usize, OutletId)> = model
+            .nodes()
+            .iter()
+            .filter(|n| n.op_is::<Conv>())
+            .filter_map(|n| Some((n.id, *n.inputs.get(2)?)))
+            .filter(|(_, bias)| {
+                let source = model.node(bias.node);
+                !source.op_is::<Const>() && !source.op_is::<Barrier>()
+            })
+            .collect();
+        for &(conv, bias) in &unguarded {
+            // Named as the bias, the name of the constant it folds into.
+            let name = model.unique_name(format!("{}.bias", model.node(conv).name));
+            let barrier = model.wire_node(name, Barrier, &[bias])?[0];
+            model.add_edge(barrier, InletId::new(conv, 2))?;
+        }
+        Ok(!unguarded.is_empty())
+    }
 }
 
 /// Removes every barrier, wiring its input to its consumers.

@@ -10,6 +10,10 @@
 //!   data). Here the affine form `x·slope + intercept` is wired from the
 //!   inputs, whatever they are; constant ones fold to the same two
 //!   constants tract would make.
+//! - `MaxPool` with its `Indices` output: tract's own conversion of its
+//!   indices to ONNX's is a private operator whose attributes cannot be
+//!   read back to be recorded in the bundle. Here it is [`MaxPoolIndices`],
+//!   which does the same and whose attributes are recorded.
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -17,6 +21,8 @@ use tract_onnx::tract_core::ops::change_axes::wire_with_rank_broadcast;
 use tract_onnx::tract_core::ops::element_wise::{ElementWiseMiniOp, ElementWiseOp};
 use tract_onnx::tract_core::ops::math;
 use tract_onnx::tract_hir::internal::*;
+use tract_onnx::tract_hir::ops::cnn::{HirMaxPool, PaddingSpec, PoolSpec};
+use tract_onnx::tract_hir::ops::nn::DataFormat;
 
 /// `ln(1 + exp(x))` without overflow.
 pub(crate) fn softplus(x: f32) -> f32 {
@@ -163,6 +169,184 @@ impl Expansion for BatchNorm {
     }
 }
 
+/// `MaxPool` with both outputs: tract's pool, whose indices count within
+/// each (image, channel) plane in row-major order, then
+/// [`MaxPoolIndices`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+struct MaxPoolWithIndices {
+    pool: HirMaxPool,
+    column_major: bool,
+}
+
+impl Expansion for MaxPoolWithIndices {
+    fn name(&self) -> StaticName {
+        "MaxPool".into()
+    }
+
+    fn nboutputs(&self) -> TractResult<usize> {
+        Ok(2)
+    }
+
+    fn rules<'r, 'p: 'r, 's: 'r>(
+        &'s self,
+        s: &mut Solver<'r>,
+        inputs: &'p [TensorProxy],
+        outputs: &'p [TensorProxy],
+    ) -> InferenceResult {
+        self.pool.rules(s, inputs, outputs)
+    }
+
+    fn wire(
+        &self,
+        prefix: &str,
+        model: &mut TypedModel,
+        inputs: &[OutletId],
+    ) -> TractResult<TVec<OutletId>> {
+        let shape = model.outlet_fact(inputs[0])?.shape.clone();
+        ensure!(
+            shape.rank() >= 3,
+            "MaxPool of a rank {} input (images, channels, then at least one spatial axis)",
+            shape.rank()
+        );
+        let spatial_dims = shape[2..]
+            .iter()
+            .map(|d| d.to_usize().ok())
+            .collect::<Option<TVec<usize>>>()
+            .context("MaxPool indices need the input's spatial dimensions known")?;
+        let pooled = self.pool.wire(prefix, model, inputs)?;
+        let indices = model.wire_node(
+            format!("{prefix}.indices"),
+            MaxPoolIndices {
+                spatial_dims,
+                column_major: self.column_major,
+            },
+            &[pooled[1]],
+        )?[0];
+        Ok(tvec!(pooled[0], indices))
+    }
+}
+
+/// Turns tract's MaxPool indices (within each plane of an NCHW input,
+/// row-major) into ONNX's: flattened over the whole input, counting the
+/// planes before, with the spatial part column-major for
+/// `storage_order = 1`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub(crate) struct MaxPoolIndices {
+    /// Spatial dimensions of the pool's input.
+    pub spatial_dims: TVec<usize>,
+    /// `storage_order = 1`.
+    pub column_major: bool,
+}
+
+impl MaxPoolIndices {
+    /// The ONNX index of tract's index `within` plane `plane`, `None`
+    /// when it lies outside the plane or overflows.
+    pub(crate) fn onnx_index(&self, plane: usize, within: i64) -> Option<i64> {
+        let plane_len: usize = self.spatial_dims.iter().product();
+        let mut within = usize::try_from(within).ok().filter(|&w| w < plane_len)?;
+        if self.column_major {
+            // Coordinates from the last (fastest) axis, then weighted by
+            // the product of the axes before each.
+            let mut coords = tvec![0usize; self.spatial_dims.len()];
+            for (coord, &dim) in coords.iter_mut().zip(&self.spatial_dims).rev() {
+                *coord = within % dim;
+                within /= dim;
+            }
+            let (mut index, mut stride) = (0, 1);
+            for (coord, dim) in coords.iter().zip(&self.spatial_dims) {
+                index += coord * stride;
+                stride *= dim;
+            }
+            within = index;
+        }
+        let index = plane.checked_mul(plane_len)?.checked_add(within)?;
+        i64::try_from(index).ok()
+    }
+}
+
+impl Op for MaxPoolIndices {
+    fn name(&self) -> StaticName {
+        "MaxPoolIndices".into()
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for MaxPoolIndices {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let indices = args_1!(inputs);
+        let per_plane: usize = indices.shape().get(2..).unwrap_or(&[]).iter().product();
+        let mut indices = indices.into_tensor().cast_to::<i64>()?.into_owned();
+        for (plane, chunk) in indices
+            .try_as_plain_ram_mut()?
+            .as_slice_mut::<i64>()?
+            .chunks_mut(per_plane.max(1))
+            .enumerate()
+        {
+            for index in chunk {
+                *index = self
+                    .onnx_index(plane, *index)
+                    .with_context(|| format!("MaxPool index {index} outside its plane"))?;
+            }
+        }
+        Ok(tvec!(indices.into_tvalue()))
+    }
+}
+
+impl TypedOp for MaxPoolIndices {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        Ok(tvec!(i64::fact(inputs[0].shape.clone())))
+    }
+
+    as_op!();
+}
+
+/// ONNX `MaxPool` as tract-onnx 0.23.9 reads it, but for the indices
+/// output (see [`MaxPoolWithIndices`]).
+fn max_pool(
+    _ctx: &tract_onnx::model::ParsingContext,
+    node: &tract_onnx::pb::NodeProto,
+) -> TractResult<(Box<dyn InferenceOp>, Vec<String>)> {
+    let kernel_shape: TVec<usize> = node.get_attr_tvec("kernel_shape")?;
+    let ceil_mode = node.get_attr_opt::<isize>("ceil_mode")?.unwrap_or(0) == 1;
+    let rank = kernel_shape.len();
+    let padding = if let Some(pads) = node.get_attr_opt_tvec::<usize>("pads")? {
+        ensure!(
+            pads.len() == 2 * rank,
+            "MaxPool: {} pads for {rank} spatial axes",
+            pads.len()
+        );
+        PaddingSpec::ExplicitOnnxPool(pads[..rank].into(), pads[rank..].into(), ceil_mode)
+    } else {
+        match node.get_attr_opt::<&str>("auto_pad")?.unwrap_or("NOTSET") {
+            "NOTSET" => PaddingSpec::ExplicitOnnxPool(tvec!(0; rank), tvec!(0; rank), ceil_mode),
+            "VALID" => PaddingSpec::Valid,
+            "SAME_UPPER" => PaddingSpec::SameUpper,
+            "SAME_LOWER" => PaddingSpec::SameLower,
+            other => bail!("MaxPool: auto_pad {other}"),
+        }
+    };
+    let pool_spec = PoolSpec::new(
+        DataFormat::NCHW,
+        kernel_shape,
+        padding,
+        node.get_attr_opt_tvec("dilations")?,
+        node.get_attr_opt_tvec("strides")?,
+        0,
+        0,
+    );
+    let indices = node.output.get(1).is_some_and(|o| !o.is_empty());
+    if indices {
+        let column_major = node.get_attr_opt::<i64>("storage_order")?.unwrap_or(0) == 1;
+        let pool = HirMaxPool::new(pool_spec, Some(i64::datum_type()));
+        Ok((expand(MaxPoolWithIndices { pool, column_major }), vec![]))
+    } else {
+        Ok((expand(HirMaxPool::new(pool_spec, None)), vec![]))
+    }
+}
+
 /// tract's ONNX parser with the operators of this module in place of
 /// tract's own.
 pub(crate) fn onnx() -> tract_onnx::Onnx {
@@ -182,12 +366,39 @@ pub(crate) fn onnx() -> tract_onnx::Onnx {
         );
         Ok((expand(BatchNorm { epsilon }), vec![]))
     });
+    onnx.op_register.insert("MaxPool", max_pool);
     onnx
 }
 
 #[cfg(test)]
 mod tests {
-    use super::softplus;
+    use super::{softplus, MaxPoolIndices};
+    use tract_onnx::prelude::tvec;
+
+    #[test]
+    fn maxpool_indices_are_onnx_flat_indices() {
+        let row = MaxPoolIndices {
+            spatial_dims: tvec![2, 3, 4],
+            column_major: false,
+        };
+        let column = MaxPoolIndices {
+            column_major: true,
+            ..row.clone()
+        };
+        for d in 0..2 {
+            for h in 0..3 {
+                for w in 0..4 {
+                    let within = ((d * 3 + h) * 4 + w) as i64;
+                    assert_eq!(row.onnx_index(2, within), Some(48 + within));
+                    let flipped = (d + h * 2 + w * 6) as i64;
+                    assert_eq!(column.onnx_index(2, within), Some(48 + flipped));
+                }
+            }
+        }
+        assert_eq!(row.onnx_index(0, 24), None);
+        assert_eq!(column.onnx_index(0, -1), None);
+        assert_eq!(row.onnx_index(usize::MAX, 0), None);
+    }
 
     #[test]
     fn softplus_is_finite_and_close_to_its_definition() {

@@ -36,11 +36,9 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         other => other?,
     };
     let decluttered = contain(Stage::Declutter, || {
-        let mut typed = typed;
-        crate::guards::guard(&mut typed)?;
-        let mut model = typed
-            .into_decluttered()
-            .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
+        let mut model = typed;
+        crate::guards::guard(&mut model)?;
+        crate::guards::declutter(&mut model)?;
         // Loops and data-dependent branches become straight lines of
         // steps; each may uncover more of the other in its bodies.
         while crate::unroll::unroll_loops(&mut model)?

@@ -1,6 +1,6 @@
 //! Rewriting every node of a kind in a typed model, one patch at a time.
 
-use crate::error::{OnnxError, Stage};
+use crate::error::OnnxError;
 use tract_onnx::prelude::*;
 
 /// Replaces nodes of type `O` one at a time by the patch `patch_for`
@@ -21,9 +21,7 @@ pub(crate) fn rewrite_each<O: TypedOp>(
         changed = true;
     }
     if changed {
-        model
-            .declutter()
-            .map_err(|e| OnnxError::tract(Stage::Declutter, e))?;
+        crate::guards::declutter(model)?;
     }
     Ok(changed)
 }

@@ -89,7 +89,8 @@ fn list(ops: &[UnsupportedOp]) -> String {
 /// Why a run stopped.
 #[derive(Debug, Error)]
 pub enum RunError {
-    /// A gather index was out of range.
+    /// An index was out of range (a gather's, or a MaxPool index outside
+    /// its plane).
     #[error("step {step} `{name}`: index {index} is out of range")]
     Index {
         /// The step.

@@ -238,8 +238,20 @@ pub enum Kernel {
     RmsNorm(AroundAxis, f32),
     /// Reduction.
     Reduce(Reducer, Walk<2>, usize),
-    /// Pooling.
+    /// Pooling. Max pooling takes any number type and may also write,
+    /// as output 1, where each maximum is within its input plane
+    /// (row-major, i64).
     Pool(Pool, Window),
+    /// MaxPool's indices from within their plane to ONNX's: over the
+    /// whole input, column-major within the plane for `storage_order = 1`.
+    MaxPoolIndices {
+        /// Spatial dimensions of the pooled input.
+        spatial: Vec<usize>,
+        /// Indices per plane (the pooled output's spatial size).
+        per_plane: usize,
+        /// `storage_order = 1`.
+        column_major: bool,
+    },
     /// Convolution.
     Conv(ConvShape),
     /// Transposed convolution.

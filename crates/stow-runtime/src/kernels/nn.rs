@@ -1,8 +1,10 @@
-//! Normalisations, reductions and pooling over f32 tensors.
+//! Normalisations, reductions and pooling over f32 tensors (max pooling
+//! over any number type).
 
 use super::cells::{Load, Src};
 use super::layout::Walk;
 use std::cell::Cell;
+use stow_bundle::DType;
 
 /// A tensor seen as `outer × n × inner` around one axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -240,6 +242,122 @@ pub enum Pool {
     },
 }
 
+/// Element types max pooling takes: ordered, with a least value to start
+/// from.
+pub trait Ordered: bytemuck::Pod + PartialOrd {
+    /// The least value (−∞ for floats).
+    const LOWEST: Self;
+}
+
+macro_rules! ordered {
+    ($($t:ty: $lowest:expr),*) => {$(
+        impl Ordered for $t {
+            const LOWEST: Self = $lowest;
+        }
+    )*};
+}
+ordered!(f32: f32::NEG_INFINITY, f64: f64::NEG_INFINITY, i8: i8::MIN, i16: i16::MIN,
+    i32: i32::MIN, i64: i64::MIN, u8: 0, u16: 0, u32: 0, u64: 0);
+
+/// True for the element types [`max_pool`] is run on (every number type
+/// but f16, which the runtime has no arithmetic for).
+pub fn max_pools(dtype: DType) -> bool {
+    !matches!(dtype, DType::F16 | DType::Bool)
+}
+
+/// Max-pools every plane of `x` into `out` and, when given, writes where
+/// each maximum is in its input plane into `indices` (row-major over the
+/// plane's depth, height and width).
+///
+/// A value replaces the maximum only when larger, as onnxruntime does: a
+/// float NaN is skipped, and among equal values the first (row-major)
+/// wins. The index is that of the first tap when no value exceeds
+/// [`Ordered::LOWEST`], rather than onnxruntime's position before the
+/// window; −1 for a window with no tap in the input (all padding).
+pub fn max_pool<T: Ordered>(
+    w: &Window,
+    x: impl Load<T>,
+    out: &[Cell<T>],
+    indices: Option<&[Cell<i64>]>,
+) {
+    let [_, ih, iw] = w.input;
+    let [od, oh, ow] = w.output;
+    for plane in 0..w.planes {
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oz in 0..od {
+            let (kz0, kz1) = w.taps(0, oz);
+            for oy in 0..oh {
+                let (ky0, ky1) = w.taps(1, oy);
+                for ox in 0..ow {
+                    let (kx0, kx1) = w.taps(2, ox);
+                    let (mut max, mut at) = (T::LOWEST, None);
+                    for kz in kz0..kz1 {
+                        let depth = w.input_at(0, oz, kz) * ih * iw;
+                        for ky in ky0..ky1 {
+                            let row = depth + w.input_at(1, oy, ky) * iw;
+                            for kx in kx0..kx1 {
+                                let p = row + w.input_at(2, ox, kx);
+                                let v = x.load(xb + p);
+                                if v > max || at.is_none() {
+                                    max = if v > max { v } else { max };
+                                    at = Some(p);
+                                }
+                            }
+                        }
+                    }
+                    let o = ob + (oz * oh + oy) * ow + ox;
+                    out[o].set(max);
+                    if let Some(indices) = indices {
+                        indices[o].set(at.map_or(-1, |p| p as i64));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rewrites `x`, indices within their plane (as [`max_pool`] writes them)
+/// of an input whose planes have dimensions `spatial`, as ONNX's: the
+/// planes before counted in, column-major within the plane when
+/// `column_major`. `per_plane` indices belong to each plane. Fails with an
+/// index outside its plane.
+pub fn max_pool_indices(
+    spatial: &[usize],
+    per_plane: usize,
+    column_major: bool,
+    x: Src<'_, i64>,
+    out: &[Cell<i64>],
+) -> Result<(), i64> {
+    let plane_len: usize = spatial.iter().product();
+    for (i, cell) in out.iter().enumerate() {
+        let index = x.at(i);
+        let mut within = usize::try_from(index)
+            .ok()
+            .filter(|&p| p < plane_len)
+            .ok_or(index)?;
+        if column_major {
+            // Coordinates peeled off from the fastest (last) axis, then
+            // weighted by the product of the axes before each.
+            let (mut rest, mut stride, mut flipped) = (within, plane_len, 0);
+            for &dim in spatial.iter().rev() {
+                stride /= dim;
+                flipped += (rest % dim) * stride;
+                rest /= dim;
+            }
+            within = flipped;
+        }
+        let plane = i / per_plane.max(1);
+        let onnx = plane
+            .checked_mul(plane_len)
+            .and_then(|b| b.checked_add(within))
+            .and_then(|v| i64::try_from(v).ok())
+            .ok_or(index)?;
+        cell.set(onnx);
+    }
+    Ok(())
+}
+
 /// Pools every plane of `x` into `out`.
 pub fn pool(kind: Pool, w: &Window, x: impl Load<f32>, out: &[Cell<f32>]) {
     let [_, ih, iw] = w.input;
@@ -374,5 +492,119 @@ pub fn arg_extreme(max: bool, last: bool, at: AroundAxis, x: impl Load<f32>, out
             }
             out[o * at.inner + i].set(best as i64);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One plane of `input` (height × width), a `kernel` (height ×
+    /// width) with `stride` and `pad` on every side, no dilation.
+    fn window(input: [usize; 2], kernel: [usize; 2], stride: usize, pad: usize) -> Window {
+        let out = |n: usize, k: usize| (n + 2 * pad - k) / stride + 1;
+        Window {
+            planes: 1,
+            input: [1, input[0], input[1]],
+            output: [1, out(input[0], kernel[0]), out(input[1], kernel[1])],
+            kernel: [1, kernel[0], kernel[1]],
+            strides: [1, stride, stride],
+            dilations: [1; 3],
+            pad: [0, pad, pad],
+            pad_after: [0, pad, pad],
+        }
+    }
+
+    fn run<T: Ordered + Default>(w: &Window, x: &[T]) -> (Vec<T>, Vec<i64>) {
+        let n = w.planes * w.output_plane();
+        let out = vec![Cell::new(T::default()); n];
+        let indices = vec![Cell::new(0i64); n];
+        max_pool(w, x, &out, Some(&indices));
+        (
+            out.iter().map(Cell::get).collect(),
+            indices.iter().map(Cell::get).collect(),
+        )
+    }
+
+    #[test]
+    fn max_pool_of_integers_uses_the_whole_range() {
+        // u8 above 127 and i64 beyond f32's exact integers.
+        let w = window([2, 3], [2, 2], 1, 0);
+        let (v, ix) = run(&w, &[1u8, 255, 3, 200, 5, 254]);
+        assert_eq!((v, ix), (vec![255, 255], vec![1, 1]));
+        let big = (1i64 << 53) + 1;
+        let (v, ix) = run(&w, &[i64::MIN, big, big - 1, -4, big + 2, 0]);
+        assert_eq!((v, ix), (vec![big + 2, big + 2], vec![4, 4]));
+    }
+
+    #[test]
+    fn max_pool_indices_count_within_the_plane_with_padding() {
+        // 3x3 input, 2x2 windows with padding 1: output 4x4; each index
+        // is the position in the input plane, the first among equals.
+        let w = window([3, 3], [2, 2], 1, 1);
+        let x = [1.0f32, 5.0, 2.0, 5.0, 0.0, 7.0, 3.0, 8.0, 7.0];
+        let (v, ix) = run(&w, &x);
+        assert_eq!(
+            v,
+            [1.0, 5.0, 5.0, 2.0, 5.0, 5.0, 7.0, 7.0, 5.0, 8.0, 8.0, 7.0, 3.0, 8.0, 8.0, 7.0]
+        );
+        assert_eq!(ix, [0, 1, 1, 2, 3, 1, 5, 5, 3, 7, 7, 5, 6, 7, 7, 8]);
+    }
+
+    #[test]
+    fn max_pool_skips_nan_and_indexes_a_window_of_lowest_values() {
+        let w = window([1, 4], [1, 2], 2, 0);
+        let (v, ix) = run(&w, &[f32::NAN, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        assert_eq!(v, [2.0, f32::NEG_INFINITY]);
+        assert_eq!(ix, [1, 2]);
+        let (v, ix) = run(&w, &[0u16, 0, 9, 9]);
+        assert_eq!((v, ix), (vec![0, 9], vec![0, 2]));
+    }
+
+    fn onnx_indices(
+        spatial: &[usize],
+        per_plane: usize,
+        column_major: bool,
+        x: &[i64],
+    ) -> Result<Vec<i64>, i64> {
+        let out = vec![Cell::new(0i64); x.len()];
+        max_pool_indices(spatial, per_plane, column_major, Src::Weight(x), &out)?;
+        Ok(out.iter().map(Cell::get).collect())
+    }
+
+    #[test]
+    fn max_pool_indices_count_the_planes_before() {
+        // Planes of 2x3 inputs, two pooled positions each.
+        let x = [0, 5, 4, 1, 3, 2];
+        assert_eq!(
+            onnx_indices(&[2, 3], 2, false, &x),
+            Ok(vec![0, 5, 10, 7, 15, 14])
+        );
+        // Column-major: (h, w) = h + 2w.
+        assert_eq!(
+            onnx_indices(&[2, 3], 2, true, &x),
+            Ok(vec![0, 5, 9, 8, 13, 16])
+        );
+    }
+
+    #[test]
+    fn max_pool_indices_column_major_in_3d() {
+        let dims = [2, 3, 4];
+        let x: Vec<i64> = (0..24).collect();
+        let got = onnx_indices(&dims, 24, true, &x).unwrap();
+        for d in 0..2 {
+            for h in 0..3 {
+                for w in 0..4 {
+                    let row = (d * 3 + h) * 4 + w;
+                    assert_eq!(got[row], (d + h * 2 + w * 6) as i64, "at {d},{h},{w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn max_pool_indices_refuse_an_index_outside_its_plane() {
+        assert_eq!(onnx_indices(&[2, 2], 1, false, &[0, 4]), Err(4));
+        assert_eq!(onnx_indices(&[2, 2], 1, true, &[-1]), Err(-1));
     }
 }

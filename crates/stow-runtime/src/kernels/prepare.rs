@@ -377,19 +377,78 @@ pub fn prepare(
             let count = axes.iter().map(|&a| shape[a]).product();
             Ok((Kernel::Reduce(r, walk, count), 0))
         }
-        "MaxPool" | "SumPool" => {
+        "MaxPool" => {
+            want(ins.len() == 1 && (1..=2).contains(&outs.len()), || {
+                format!(
+                    "expected 1 input and 1 or 2 outputs (values, indices), found {} and {}",
+                    ins.len(),
+                    outs.len()
+                )
+            })?;
+            let (x, y) = (&ins[0], &outs[0]);
+            want(nn::max_pools(x.dtype), || {
+                format!(
+                    "tensor {} is {}; this kernel handles numbers but f16",
+                    x.id,
+                    x.dtype.name()
+                )
+            })?;
+            want(y.dtype == x.dtype, || {
+                format!("values are {}, input {}", y.dtype.name(), x.dtype.name())
+            })?;
+            if let Some(ix) = outs.get(1) {
+                want(ix.dtype == DType::I64 && ix.shape == y.shape, || {
+                    format!(
+                        "indices are {} {:?}, values {:?}: want i64 of the values' shape",
+                        ix.dtype.name(),
+                        ix.shape,
+                        y.shape
+                    )
+                })?;
+            }
+            let (window, _) = window(op, &x.shape, &y.shape)?;
+            Ok((Kernel::Pool(Pool::Max, window), 0))
+        }
+        "SumPool" => {
             arity(ins, outs, 1)?;
             all_f32(ins, outs)?;
             let (window, _) = window(op, &ins[0].shape, &outs[0].shape)?;
-            let kind = if op.op_type == "MaxPool" {
-                Pool::Max
-            } else {
-                Pool::Sum {
-                    normalize: attr_int(op, "normalize")? != 0,
-                    count_include_pad: attr_int(op, "count_include_pad")? != 0,
-                }
+            let kind = Pool::Sum {
+                normalize: attr_int(op, "normalize")? != 0,
+                count_include_pad: attr_int(op, "count_include_pad")? != 0,
             };
             Ok((Kernel::Pool(kind, window), 0))
+        }
+        "MaxPoolIndices" => {
+            arity(ins, outs, 1)?;
+            let (x, y) = (&ins[0], &outs[0]);
+            want(
+                x.dtype == DType::I64 && y.dtype == DType::I64 && x.shape == y.shape,
+                || "MaxPoolIndices maps i64 indices to i64 indices of the same shape".into(),
+            )?;
+            let spatial = attr_ints(op, "spatial_dims")?;
+            let column_major = match attr_int(op, "storage_order")? {
+                0 => false,
+                1 => true,
+                other => return Err(format!("storage_order {other}")),
+            };
+            // Planes (images × channels) lead; each holds the pooled
+            // positions of one input plane.
+            want(x.shape.len() >= 2, || "indices of rank < 2".into())?;
+            let per_plane = x.shape[2..].iter().product();
+            let plane_len = spatial.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            want(
+                !spatial.is_empty() && plane_len.is_some_and(|n| n > 0 && n < 1 << 62),
+                || format!("input planes of {spatial:?}"),
+            )?;
+            Ok((
+                Kernel::MaxPoolIndices {
+                    spatial,
+                    per_plane,
+                    column_major,
+                },
+                0,
+            ))
         }
         "LstmEpilogue" => {
             let hidden = attr_int(op, "hidden")? as usize;

@@ -16,7 +16,8 @@ pub enum Failure {
     /// A tensor view did not fit the arena or its alignment (a bundle
     /// that passed setup cannot cause this).
     View(u32),
-    /// A gather index out of range.
+    /// An index out of range: a gather's, or a MaxPool index outside its
+    /// plane.
     Index(i64),
 }
 
@@ -178,9 +179,52 @@ pub fn run_part(
                 v.dst(&outs[0])?
             ))
         }
+        Kernel::Pool(nn::Pool::Max, w) => {
+            let indices = match outs.get(1) {
+                Some(o) => Some(v.dst::<i64>(o)?),
+                None => None,
+            };
+            let (x, o) = (&ins[0], &outs[0]);
+            macro_rules! max_pool {
+                ($t:ty) => {
+                    crate::with_load!(v.src::<$t>(x)?, |x| nn::max_pool(
+                        w,
+                        x,
+                        v.dst::<$t>(o)?,
+                        indices
+                    ))
+                };
+            }
+            match x.dtype {
+                DType::F32 => max_pool!(f32),
+                DType::F64 => max_pool!(f64),
+                DType::I8 => max_pool!(i8),
+                DType::I16 => max_pool!(i16),
+                DType::I32 => max_pool!(i32),
+                DType::I64 => max_pool!(i64),
+                DType::U8 => max_pool!(u8),
+                DType::U16 => max_pool!(u16),
+                DType::U32 => max_pool!(u32),
+                DType::U64 => max_pool!(u64),
+                // Refused at setup (`nn::max_pools`).
+                DType::F16 | DType::Bool => return Err(Failure::View(x.id)),
+            }
+        }
         Kernel::Pool(kind, w) => {
             crate::with_load!(v.src(&ins[0])?, |x| nn::pool(*kind, w, x, v.dst(&outs[0])?))
         }
+        Kernel::MaxPoolIndices {
+            spatial,
+            per_plane,
+            column_major,
+        } => nn::max_pool_indices(
+            spatial,
+            *per_plane,
+            *column_major,
+            v.src(&ins[0])?,
+            v.dst(&outs[0])?,
+        )
+        .map_err(Failure::Index)?,
         Kernel::Conv(s) => {
             let bias = match ins.get(2) {
                 Some(b) => Some(v.src(b)?),
