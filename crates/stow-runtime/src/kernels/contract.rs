@@ -96,7 +96,7 @@ impl Contraction {
 }
 
 /// A float element read and written through f64.
-trait Real: bytemuck::Pod {
+pub(super) trait Real: bytemuck::Pod {
     fn get(self) -> f64;
     fn put(x: f64) -> Self;
 }

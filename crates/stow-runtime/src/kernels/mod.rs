@@ -15,6 +15,7 @@ mod arith;
 pub mod cells;
 pub mod contract;
 pub mod elementwise;
+pub mod fourier;
 pub mod gemm;
 pub mod indexing;
 pub mod layout;
@@ -313,6 +314,8 @@ pub enum Kernel {
     GridSample(sample::GridSample),
     /// Local response normalisation across channels.
     Lrn(sample::Lrn),
+    /// The discrete Fourier transform along one axis.
+    Fourier(fourier::Fourier),
     /// ONNX OneHot (tract's `Onehot`).
     OneHot(indexing::OneHot),
     /// ONNX ScatterElements.

@@ -538,6 +538,12 @@ pub fn prepare(
             ins,
             outs,
         ),
+        "Fft" => super::fourier::prepare(
+            attr_int(op, "axis")?,
+            attr_int(op, "inverse")? != 0,
+            ins,
+            outs,
+        ),
         "Lrn" => super::sample::lrn(
             attr_int(op, "size")?,
             attr_float(op, "alpha")?,

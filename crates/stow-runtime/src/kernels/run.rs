@@ -345,6 +345,11 @@ pub fn run_part(
             v.dst(&outs[0])?
         )),
         Kernel::Lrn(l) => crate::with_load!(v.src(&ins[0])?, |x| l.run(x, v.dst(&outs[0])?)),
+        Kernel::Fourier(f) => match outs[0].dtype {
+            DType::F16 => f.run::<half::f16>(v.src(&ins[0])?, v.dst(&outs[0])?),
+            DType::F64 => f.run::<f64>(v.src(&ins[0])?, v.dst(&outs[0])?),
+            _ => f.run::<f32>(v.src(&ins[0])?, v.dst(&outs[0])?),
+        },
         Kernel::OneHot(k) => k.run(v, ins, outs)?,
         Kernel::ScatterElements(k) => k.run(v, ins, outs)?,
         Kernel::ScatterNd(k) => k.run(v, ins, outs)?,
