@@ -236,6 +236,10 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         let padding = gs.padding_mode.as_str().into();
         out.push(("padding_mode".into(), Attr::Text(padding)));
         out.push(("align_corners".into(), Attr::Int(gs.align_corners as i64)));
+    } else if let Some(q) = any.downcast_ref::<crate::quantize::Quantize>() {
+        out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
+    } else if let Some(q) = any.downcast_ref::<crate::quantize::Dequantize>() {
+        out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
     } else if let Some(fft) = any.downcast_ref::<ops::fft::Fft>() {
         out.push(("axis".into(), Attr::Int(fft.axis as i64)));
         out.push(("inverse".into(), Attr::Int(fft.inverse as i64)));

@@ -14,6 +14,7 @@
 //!   indices to ONNX's is a private operator whose attributes cannot be
 //!   read back to be recorded in the bundle. Here it is [`MaxPoolIndices`],
 //!   which does the same and whose attributes are recorded.
+//! - `QuantizeLinear`, `DequantizeLinear`: see [`crate::quantize`].
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -367,6 +368,7 @@ pub(crate) fn onnx() -> tract_onnx::Onnx {
         Ok((expand(BatchNorm { epsilon }), vec![]))
     });
     onnx.op_register.insert("MaxPool", max_pool);
+    crate::quantize::register(&mut onnx);
     onnx
 }
 

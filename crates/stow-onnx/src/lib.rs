@@ -29,6 +29,7 @@ mod inputs;
 mod load;
 mod order;
 mod patching;
+mod quantize;
 mod recurrent;
 mod refusals;
 mod reverse;

@@ -22,7 +22,7 @@ pub mod layout;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
-mod quant;
+pub mod quant;
 pub mod recurrent;
 pub mod sample;
 
@@ -210,6 +210,11 @@ pub enum Kernel {
     BitNot,
     /// f32 → (u8, scale, zero point): ONNX DynamicQuantizeLinear.
     DynamicQuantizeU8,
+    /// f32, f16 or i32 → u8, i8, u16 or i16: ONNX QuantizeLinear (inputs
+    /// x, scale, zero point).
+    Quantize(quant::PerAxis),
+    /// u8, i8, u16, i16 or i32 → f32: ONNX DequantizeLinear.
+    Dequantize(quant::PerAxis),
     /// x^e for a constant e.
     PowConst(f32),
     /// Copies from input 0 through a walk (destination, source) with base

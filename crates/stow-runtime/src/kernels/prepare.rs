@@ -277,6 +277,9 @@ pub fn prepare(
             want(ins[0].len == outs[0].len, || "sizes differ".into())?;
             Ok((Kernel::BitNot, 0))
         }
+        "QuantizeLinear" | "DequantizeLinear" => {
+            super::quant::prepare_linear(name == "QuantizeLinear", attr_int(op, "axis")?, ins, outs)
+        }
         "DynamicQuantizeLinearU8" => {
             want(ins.len() == 1 && outs.len() == 3, || {
                 "DynamicQuantizeLinear takes 1 input and gives 3 outputs".into()

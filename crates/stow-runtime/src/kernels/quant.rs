@@ -1,8 +1,12 @@
-//! Quantization to 8-bit integers.
+//! Quantization to and from small integers: ONNX QuantizeLinear and
+//! DequantizeLinear (per tensor or along one axis) and
+//! DynamicQuantizeLinear.
 
 use super::cells::Src;
 use super::run::{Failure, Views};
-use super::Operand;
+use super::{Kernel, Operand};
+use half::f16;
+use stow_bundle::DType;
 
 /// The scale and zero point that map the tensor's range, widened to hold
 /// 0, onto 0..=255.
@@ -44,6 +48,203 @@ pub(super) fn dynamic_u8(
     Ok(())
 }
 
+/// Where each element finds its scale and zero point: parameter
+/// `(i / inner) % n` (one parameter: `n = 1`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PerAxis {
+    /// Parameters (the axis' dimension, or 1).
+    pub n: usize,
+    /// Elements after the axis.
+    pub inner: usize,
+}
+
+impl PerAxis {
+    #[inline(always)]
+    fn at(self, i: usize) -> usize {
+        (i / self.inner) % self.n
+    }
+}
+
+/// A quantized integer type.
+trait Quantized: bytemuck::Pod {
+    const LO: f32;
+    const HI: f32;
+    fn to_f32(self) -> f32;
+    /// A value already rounded and clamped to the type's range.
+    fn from_integral(v: f32) -> Self;
+}
+
+macro_rules! quantized {
+    ($($t:ty),*) => {$(
+        impl Quantized for $t {
+            const LO: f32 = <$t>::MIN as f32;
+            const HI: f32 = <$t>::MAX as f32;
+            #[inline(always)]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn from_integral(v: f32) -> Self {
+                v as $t
+            }
+        }
+    )*};
+}
+quantized!(u8, i8, u16, i16, i32);
+
+/// `round_half_to_even(x / scale) + zero`, saturated: ONNX divides (see
+/// `quantize_u8`).
+#[inline(always)]
+fn quantize_one<T: Quantized>(x: f32, scale: f32, zero: T) -> T {
+    T::from_integral(((x / scale).round_ties_even() + zero.to_f32()).clamp(T::LO, T::HI))
+}
+
+fn quantize_typed<T: Quantized>(
+    v: &Views<'_>,
+    at: PerAxis,
+    ins: &[Operand<'_>],
+    out: &Operand<'_>,
+) -> Result<(), Failure> {
+    let (scale, zero) = (v.src::<f32>(&ins[1])?, v.src::<T>(&ins[2])?);
+    let dst = v.dst::<T>(out)?;
+    let put = |i: usize, x: f32| {
+        let p = at.at(i);
+        dst[i].set(quantize_one(x, scale.at(p), zero.at(p)));
+    };
+    match ins[0].dtype {
+        DType::F16 => {
+            let x = v.src::<f16>(&ins[0])?;
+            (0..dst.len()).for_each(|i| put(i, x.at(i).to_f32()));
+        }
+        DType::I32 => {
+            let x = v.src::<i32>(&ins[0])?;
+            (0..dst.len()).for_each(|i| put(i, x.at(i) as f32));
+        }
+        _ => {
+            let x = v.src::<f32>(&ins[0])?;
+            (0..dst.len()).for_each(|i| put(i, x.at(i)));
+        }
+    }
+    Ok(())
+}
+
+/// ONNX QuantizeLinear: inputs x, scale, zero point.
+pub(super) fn quantize(
+    v: &Views<'_>,
+    at: PerAxis,
+    ins: &[Operand<'_>],
+    out: &Operand<'_>,
+) -> Result<(), Failure> {
+    match out.dtype {
+        DType::I8 => quantize_typed::<i8>(v, at, ins, out),
+        DType::U16 => quantize_typed::<u16>(v, at, ins, out),
+        DType::I16 => quantize_typed::<i16>(v, at, ins, out),
+        _ => quantize_typed::<u8>(v, at, ins, out),
+    }
+}
+
+fn dequantize_typed<T: Quantized>(
+    v: &Views<'_>,
+    at: PerAxis,
+    ins: &[Operand<'_>],
+    out: &Operand<'_>,
+) -> Result<(), Failure> {
+    let (x, scale, zero) = (
+        v.src::<T>(&ins[0])?,
+        v.src::<f32>(&ins[1])?,
+        v.src::<T>(&ins[2])?,
+    );
+    for (i, c) in v.dst::<f32>(out)?.iter().enumerate() {
+        let p = at.at(i);
+        c.set((x.at(i).to_f32() - zero.at(p).to_f32()) * scale.at(p));
+    }
+    Ok(())
+}
+
+/// ONNX DequantizeLinear: inputs x, scale, zero point; f32 out.
+pub(super) fn dequantize(
+    v: &Views<'_>,
+    at: PerAxis,
+    ins: &[Operand<'_>],
+    out: &Operand<'_>,
+) -> Result<(), Failure> {
+    match ins[0].dtype {
+        DType::I8 => dequantize_typed::<i8>(v, at, ins, out),
+        DType::U16 => dequantize_typed::<u16>(v, at, ins, out),
+        DType::I16 => dequantize_typed::<i16>(v, at, ins, out),
+        DType::I32 => dequantize_typed::<i32>(v, at, ins, out),
+        _ => dequantize_typed::<u8>(v, at, ins, out),
+    }
+}
+
+/// Prepares QuantizeLinear (`quantize`) or DequantizeLinear: inputs x,
+/// scale (f32), zero point (the integer type), parameters along `axis`
+/// (−1: one for the tensor).
+pub(super) fn prepare_linear(
+    quantize: bool,
+    axis: i64,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    let name = if quantize {
+        "QuantizeLinear"
+    } else {
+        "DequantizeLinear"
+    };
+    if ins.len() != 3 || outs.len() != 1 {
+        return Err(format!(
+            "{name} takes x, scale and zero point and makes 1 output"
+        ));
+    }
+    let (x, scale, zero, y) = (&ins[0], &ins[1], &ins[2], &outs[0]);
+    let int = if quantize { y.dtype } else { x.dtype };
+    let ints = [DType::U8, DType::I8, DType::U16, DType::I16];
+    let types_ok = if quantize {
+        matches!(x.dtype, DType::F32 | DType::F16 | DType::I32) && ints.contains(&int)
+    } else {
+        y.dtype == DType::F32 && (ints.contains(&int) || int == DType::I32)
+    };
+    if !types_ok || scale.dtype != DType::F32 || zero.dtype != int {
+        return Err(format!(
+            "{name} of {} into {} (scale {}, zero point {}): this kernel maps f32, f16 or i32 to u8, i8, u16 or i16 and back to f32, with an f32 scale",
+            x.dtype.name(),
+            y.dtype.name(),
+            scale.dtype.name(),
+            zero.dtype.name()
+        ));
+    }
+    if x.shape != y.shape {
+        return Err(format!(
+            "{name} changes the shape {:?} to {:?}",
+            x.shape, y.shape
+        ));
+    }
+    let at = if axis < 0 {
+        PerAxis { n: 1, inner: 1 }
+    } else {
+        let a = usize::try_from(axis)
+            .ok()
+            .filter(|&a| a < x.shape.len())
+            .ok_or_else(|| format!("{name} along axis {axis} of shape {:?}", x.shape))?;
+        PerAxis {
+            n: x.shape[a].max(1),
+            inner: x.shape[a + 1..].iter().product::<usize>().max(1),
+        }
+    };
+    if scale.len != at.n || zero.len != at.n {
+        return Err(format!(
+            "{name}: {} scales and {} zero points for {} along axis {axis}",
+            scale.len, zero.len, at.n
+        ));
+    }
+    let kernel = if quantize {
+        Kernel::Quantize(at)
+    } else {
+        Kernel::Dequantize(at)
+    };
+    Ok((kernel, 0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +274,34 @@ mod tests {
             let got: Vec<u8> = x.iter().map(|&e| quantize_u8(e, s, z)).collect();
             assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn quantizing_divides_rounds_half_to_even_and_saturates() {
+        assert_eq!(quantize_one(2.5f32, 1.0, 0u8), 2);
+        assert_eq!(quantize_one(3.5f32, 1.0, 0u8), 4);
+        assert_eq!(quantize_one(-0.5f32, 1.0, 3i8), 3);
+        assert_eq!(quantize_one(1e9f32, 0.5, 0i16), i16::MAX);
+        assert_eq!(quantize_one(-1e9f32, 0.5, 7u16), 0);
+        // Division, not the reciprocal: search values where the two
+        // disagree and check each lands where the division does.
+        let s = 0.1f32;
+        let mut seen = 0;
+        for i in 0..200_000 {
+            let x = i as f32 * 0.0137;
+            let (div, rec) = ((x / s).round_ties_even(), (x * s.recip()).round_ties_even());
+            if div != rec && div <= 65535.0 {
+                assert_eq!(quantize_one(x, s, 0u16), div as u16);
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "no value where the two roundings differ");
+    }
+
+    #[test]
+    fn parameters_follow_their_axis() {
+        let at = PerAxis { n: 3, inner: 2 };
+        let got: Vec<usize> = (0..12).map(|i| at.at(i)).collect();
+        assert_eq!(got, [0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2]);
     }
 }

@@ -132,6 +132,8 @@ pub fn run_part(
         Kernel::Contraction(c) => contract::contract(v, c, ins, &outs[0])?,
         Kernel::BitNot => arith::bit_not(v, &ins[0], &outs[0])?,
         Kernel::DynamicQuantizeU8 => quant::dynamic_u8(v, &ins[0], outs)?,
+        Kernel::Quantize(at) => quant::quantize(v, *at, ins, &outs[0])?,
+        Kernel::Dequantize(at) => quant::dequantize(v, *at, ins, &outs[0])?,
         Kernel::IsNan => arith::float_test(v, &ins[0], &outs[0], f64::is_nan)?,
         Kernel::Copy { walk, base, fill } => {
             let o = &outs[0];
