@@ -118,7 +118,11 @@ pub struct QConv {
 
 /// Prepares a quantized `EinSum` or `Conv` (its `q_params` attribute
 /// names the output type), or says why it cannot run.
-pub(super) fn prepare(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<Kernel, String> {
+pub(super) fn prepare(
+    op: &Op,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<Kernel, String> {
     want(ins.len() == 9 && outs.len() == 1, || {
         format!(
             "a quantized {} takes 9 inputs and gives 1 output, found {} and {}",
@@ -152,7 +156,11 @@ fn types(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(), String> 
     }
     wanted(BIAS, |d| d == DType::I32, "i32")?;
     for i in [A0, B0, C0] {
-        wanted(i, |d| matches!(d, DType::U8 | DType::I8 | DType::I32), "u8, i8, i32")?;
+        wanted(
+            i,
+            |d| matches!(d, DType::U8 | DType::I8 | DType::I32),
+            "u8, i8, i32",
+        )?;
     }
     for i in [A_SCALE, B_SCALE, C_SCALE] {
         wanted(i, |d| d == DType::F32, "f32")?;
@@ -215,7 +223,10 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, St
             return Ok(Along::ALL);
         }
         let label = match labels[i][..] {
-            [c] if PER_CHANNEL.contains(&i) && labels[B].contains(&c) && !labels[A].contains(&c) => {
+            [c] if PER_CHANNEL.contains(&i)
+                && labels[B].contains(&c)
+                && !labels[A].contains(&c) =>
+            {
                 Some(c)
             }
             _ => None,

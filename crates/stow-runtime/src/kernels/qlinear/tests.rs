@@ -74,7 +74,11 @@ fn bytes(t: &T) -> Vec<u8> {
     match t.dtype {
         DType::U8 => t.ints.iter().map(|&v| v as u8).collect(),
         DType::I8 => t.ints.iter().map(|&v| v as i8 as u8).collect(),
-        DType::I32 => t.ints.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+        DType::I32 => t
+            .ints
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect(),
         DType::F32 => t.floats.iter().flat_map(|v| v.to_le_bytes()).collect(),
         DType::F16 => t
             .floats
@@ -107,8 +111,7 @@ fn run(
     let mut place = |id: usize, dtype: DType, shape: &[usize], data: &[u8]| {
         let at = arena.len() * 8;
         arena.resize(arena.len() + data.len().div_ceil(8) + 1, 0);
-        bytemuck::cast_slice_mut::<u64, u8>(&mut arena)[at..at + data.len()]
-            .copy_from_slice(data);
+        bytemuck::cast_slice_mut::<u64, u8>(&mut arena)[at..at + data.len()].copy_from_slice(data);
         Operand {
             id: id as u32,
             dtype,
@@ -125,7 +128,7 @@ fn run(
     let n: usize = out.1.iter().product();
     let size = out.0.size_bytes() as usize;
     let output = place(ins.len(), out.0, out.1, &vec![0xa5; n * size]);
-    let (kernel, scratch) = crate::kernels::prepare(&op, &operands, &[output.clone()])?;
+    let (kernel, scratch) = crate::kernels::prepare(&op, &operands, std::slice::from_ref(&output))?;
     let step = Step {
         kernel,
         inputs: operands,
@@ -335,7 +338,10 @@ fn products_match_the_onnx_formula() {
         }
     }
     // The cases reach both ends of the narrow types, not only the middle.
-    assert!(saturated > 10 && saturated < checked / 4, "{saturated} of {checked}");
+    assert!(
+        saturated > 10 && saturated < checked / 4,
+        "{saturated} of {checked}"
+    );
 }
 
 /// 2-d convolutions with groups, strides, dilations and uneven
@@ -384,8 +390,8 @@ fn convolutions_match_the_onnx_formula() {
                         ("kernel_format", text("OIHW")),
                         ("q_params", text(q_name(out))),
                     ];
-                    let got = run("Conv", attributes, &ins, (out, &[batch, c_out, oh, ow]))
-                        .unwrap();
+                    let got =
+                        run("Conv", attributes, &ins, (out, &[batch, c_out, oh, ow])).unwrap();
                     let mut want = Vec::new();
                     for image in 0..batch {
                         for co in 0..c_out {
@@ -397,11 +403,9 @@ fn convolutions_match_the_onnx_formula() {
                                     for ci in 0..ipg {
                                         for ky in 0..kh {
                                             for kx in 0..kw {
-                                                let iy = (oy * stride[0] + ky * dilation[0])
-                                                    as i64
+                                                let iy = (oy * stride[0] + ky * dilation[0]) as i64
                                                     - before[0] as i64;
-                                                let ix = (ox * stride[1] + kx * dilation[1])
-                                                    as i64
+                                                let ix = (ox * stride[1] + kx * dilation[1]) as i64
                                                     - before[1] as i64;
                                                 if iy < 0
                                                     || ix < 0
@@ -411,10 +415,9 @@ fn convolutions_match_the_onnx_formula() {
                                                     continue;
                                                 }
                                                 let (iy, ix) = (iy as usize, ix as usize);
-                                                let xv = x[((image * c_in + g * ipg + ci) * h
-                                                    + iy)
-                                                    * w
-                                                    + ix];
+                                                let xv =
+                                                    x[((image * c_in + g * ipg + ci) * h + iy) * w
+                                                        + ix];
                                                 let kv = k[((co * ipg + ci) * kh + ky) * kw + kx];
                                                 sum += (xv - p.a0) * (kv - b0);
                                             }
@@ -461,7 +464,11 @@ fn matches_the_documented_examples() {
         "EinSum",
         vec![("expr", text(expr)), ("q_params", text("I32"))],
         &[
-            ints(DType::U8, &[4, 3], vec![11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0]),
+            ints(
+                DType::U8,
+                &[4, 3],
+                vec![11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0],
+            ),
             ints(DType::U8, &[3, 2], vec![1, 4, 2, 5, 3, 6]),
             ints(DType::I32, &[], vec![0]),
             ints(DType::U8, &[1], vec![12]),
