@@ -90,6 +90,16 @@ fn one_hot_values(out: &mut Vec<(String, Attr)>, off: &Tensor, on: &Tensor) {
     }
 }
 
+/// The output type of a quantized `EinSum` or `Conv` (tract's `q_params`:
+/// nine inputs, integer accumulation, requantised output), as tract names
+/// it (`U8`, `I8`, `I32`; a type with its own scale and zero point shows
+/// them, and the runtime refuses it). Absent for the float forms.
+fn q_params(out: &mut Vec<(String, Attr)>, q: Option<DatumType>) {
+    if let Some(dt) = q {
+        out.push(("q_params".into(), Attr::Text(format!("{dt:?}"))));
+    }
+}
+
 /// Attributes of `op`, sorted by name.
 pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
     let mut out: Vec<(String, Attr)> = Vec::new();
@@ -101,6 +111,7 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
             "kernel_format".into(),
             Attr::Text(format!("{:?}", conv.kernel_fmt)),
         ));
+        q_params(&mut out, conv.q_params);
     } else if let Some(deconv) = any.downcast_ref::<ops::cnn::Deconv>() {
         pool_attrs(&mut out, &deconv.pool_spec);
         out.push(("group".into(), Attr::Int(deconv.group as i64)));
@@ -132,6 +143,7 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("normalize".into(), Attr::Int(pool.normalize as i64)));
     } else if let Some(einsum) = any.downcast_ref::<ops::einsum::EinSum>() {
         out.push(("expr".into(), Attr::Text(einsum.axes.to_string())));
+        q_params(&mut out, einsum.q_params);
     } else if let Some(concat) = any.downcast_ref::<ops::array::TypedConcat>() {
         out.push(("axis".into(), Attr::Int(concat.axis as i64)));
     } else if let Some(reduce) = any.downcast_ref::<ops::nn::Reduce>() {

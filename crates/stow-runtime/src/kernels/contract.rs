@@ -130,7 +130,7 @@ impl Real for f16 {
 
 /// Offsets of each operand at flat position `at` of the axes `dims`
 /// (strides `strides[i][..]` for operand `i`).
-fn offsets(
+pub(super) fn offsets(
     dims: &[usize],
     strides: &[Vec<usize>],
     base: usize,

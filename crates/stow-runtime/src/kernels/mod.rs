@@ -22,6 +22,7 @@ pub mod layout;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod qlinear;
 pub mod quant;
 pub mod recurrent;
 pub mod sample;
@@ -329,6 +330,11 @@ pub enum Kernel {
     ScatterNd(indexing::ScatterNd),
     /// ONNX GatherND.
     GatherNd(indexing::GatherNd),
+    /// Quantized product (`EinSum` with `q_params`): u8/i8 operands, i32
+    /// accumulation, requantised output.
+    QProduct(qlinear::QProduct),
+    /// Quantized convolution (`Conv` with `q_params`).
+    QConv(qlinear::QConv),
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

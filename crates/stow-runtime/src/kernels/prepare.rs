@@ -528,6 +528,10 @@ pub fn prepare(
                 0,
             ))
         }
+        // ONNX MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+        "EinSum" | "Conv" if attr(op, "q_params").is_some() => {
+            super::qlinear::prepare(op, ins, outs).map(|k| (k, 0))
+        }
         "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs).or_else(|product| {
             contraction(op, ins, outs)
@@ -1082,6 +1086,37 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
     Ok((w, batch))
 }
 
+/// The geometry of convolution `op` of image `x` by `kernel` (OIHW)
+/// into `y`, checked against the operands' shapes.
+pub(super) fn conv_shape(
+    op: &Op,
+    x: &Operand<'_>,
+    kernel: &Operand<'_>,
+    y: &Operand<'_>,
+) -> Result<ConvShape, String> {
+    let format = attr_text(op, "kernel_format")?;
+    want(format == "OIHW", || format!("kernel format {format}"))?;
+    let (window, batch) = window(op, &x.shape, &y.shape)?;
+    let groups = attr_int(op, "group")?;
+    let lead = batch as usize;
+    let (c_in, c_out) = (x.shape[lead], y.shape[lead]);
+    let groups = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g > 0 && c_in % g == 0 && c_out % g == 0)
+        .ok_or_else(|| format!("{groups} groups of {c_in} input and {c_out} output channels"))?;
+    let s = ConvShape {
+        batch: if batch { x.shape[0] } else { 1 },
+        groups,
+        in_per_group: c_in / groups,
+        out_per_group: c_out / groups,
+        window,
+    };
+    want(kernel.len == c_out * s.k(), || {
+        "kernel size does not match".into()
+    })?;
+    Ok(s)
+}
+
 fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, usize), String> {
     let deconv = op.op_type == "Deconv";
     if deconv {
@@ -1094,27 +1129,8 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         "conv takes 2 or 3 inputs".into()
     })?;
     all_f32(ins, outs)?;
-    want(attr_text(op, "kernel_format")? == "OIHW", || {
-        "kernel format".into()
-    })?;
-    let (window, batch) = window(op, &ins[0].shape, &outs[0].shape)?;
-    let groups = attr_int(op, "group")? as usize;
-    let lead = batch as usize;
-    let (c_in, c_out) = (ins[0].shape[lead], outs[0].shape[lead]);
-    want(
-        groups > 0 && c_in % groups == 0 && c_out % groups == 0,
-        || "groups".into(),
-    )?;
-    let s = ConvShape {
-        batch: if batch { ins[0].shape[0] } else { 1 },
-        groups,
-        in_per_group: c_in / groups,
-        out_per_group: c_out / groups,
-        window,
-    };
-    want(ins[1].len == c_out * s.k(), || {
-        "kernel size does not match".into()
-    })?;
+    let s = conv_shape(op, &ins[0], &ins[1], &outs[0])?;
+    let c_out = s.groups * s.out_per_group;
     if let Some(b) = ins.get(2) {
         want(b.len == 1 || b.len == c_out, || "bias size".into())?;
     }

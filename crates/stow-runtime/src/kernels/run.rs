@@ -356,6 +356,8 @@ pub fn run_part(
         Kernel::ScatterElements(k) => k.run(v, ins, outs)?,
         Kernel::ScatterNd(k) => k.run(v, ins, outs)?,
         Kernel::GatherNd(k) => k.run(v, ins, outs)?,
+        Kernel::QProduct(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QConv(k) => k.run(v, ins, &outs[0])?,
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,

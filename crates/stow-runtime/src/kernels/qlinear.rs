@@ -1,0 +1,577 @@
+//! Quantized matrix products and convolutions: tract's `EinSum` and `Conv`
+//! with `q_params` (what ONNX MatMulInteger, QLinearMatMul, ConvInteger
+//! and QLinearConv become). This is the reference path: plain loops over
+//! u8 or i8 operands in any combination, accumulating in i32, then
+//! requantised as ONNX specifies. Faster kernels are to match it bit for
+//! bit.
+//!
+//! Both operators take nine inputs, in tract's order:
+//!
+//! | # | input | element type | values |
+//! |---|---|---|---|
+//! | 0 | a (a convolution's image) | u8, i8 | |
+//! | 1 | b (a convolution's kernel, OIHW) | u8, i8 | |
+//! | 2 | bias, added to the accumulator | i32 | one, or one per channel |
+//! | 3 | a's zero point | u8, i8, i32 | one |
+//! | 4 | a's scale | f32 | one |
+//! | 5 | b's zero point | u8, i8, i32 | one, or one per channel |
+//! | 6 | b's scale | f32 | one, or one per channel |
+//! | 7 | the output's zero point | u8, i8, i32 | one |
+//! | 8 | the output's scale | f32 | one |
+//!
+//! A channel is a column of b: an axis of b that the output keeps and a
+//! does not have (for a convolution, an output channel). Each output
+//! element is, for its channel `ch`,
+//!
+//! ```text
+//! acc = Σ (a − a0)·(b − b0[ch]) + bias[ch]                        (i32)
+//! y   = saturate(round_half_even(acc · (a_scale·b_scale[ch] / c_scale) + c0))
+//! ```
+//!
+//! with the accumulation wrapping on overflow (ONNX leaves overflow of a
+//! 32-bit accumulator to the implementation), the scales multiplied and
+//! divided in f32 and the rest in f64, as ONNX's reference implementation
+//! does, and the result saturated to the output type (u8, i8 or i32). For
+//! an i32 output with unit scales and no zero point (MatMulInteger,
+//! ConvInteger) `y` is `acc` exactly. A convolution's padding contributes
+//! nothing to the sum: it holds a's zero point. Anything else (a
+//! parameter with one value per row of a, or per output channel of the
+//! result, other element types) is refused at setup.
+
+use super::cells::Src;
+use super::contract::{self, Contraction};
+use super::layout::strides_of;
+use super::linalg::ConvShape;
+use super::prepare::{attr_text, conv_shape, want};
+use super::run::{Failure, Views};
+use super::{Kernel, Operand};
+use std::cell::Cell;
+use stow_bundle::{DType, Op};
+
+/// The nine inputs, in tract's order.
+const A: usize = 0;
+const B: usize = 1;
+const BIAS: usize = 2;
+const A0: usize = 3;
+const A_SCALE: usize = 4;
+const B0: usize = 5;
+const B_SCALE: usize = 6;
+const C0: usize = 7;
+const C_SCALE: usize = 8;
+
+/// What each input is, for messages.
+const NAMES: [&str; 9] = [
+    "a",
+    "b",
+    "the bias",
+    "a's zero point",
+    "a's scale",
+    "b's zero point",
+    "b's scale",
+    "the output's zero point",
+    "the output's scale",
+];
+
+/// The inputs that may hold one value per channel.
+const PER_CHANNEL: [usize; 3] = [BIAS, B0, B_SCALE];
+
+/// Where a parameter's value for output element `o` sits: at
+/// `(o / div) % len`. A parameter with one value for all has `len` 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Along {
+    div: usize,
+    len: usize,
+}
+
+impl Along {
+    /// One value for every output element.
+    pub const ALL: Along = Along { div: 1, len: 1 };
+
+    #[inline]
+    fn at(self, o: usize) -> usize {
+        o / self.div % self.len
+    }
+}
+
+/// Where the parameters that may vary by channel are read.
+#[derive(Clone, Copy, Debug)]
+pub struct Channels {
+    bias: Along,
+    b0: Along,
+    b_scale: Along,
+}
+
+/// A quantized product: tract's `EinSum` with `q_params`.
+#[derive(Clone, Debug)]
+pub struct QProduct {
+    /// The summation of a and b (the parameters are not in it).
+    sum: Contraction,
+    channels: Channels,
+}
+
+/// A quantized convolution: tract's `Conv` with `q_params`.
+#[derive(Clone, Debug)]
+pub struct QConv {
+    shape: ConvShape,
+    channels: Channels,
+}
+
+/// Prepares a quantized `EinSum` or `Conv` (its `q_params` attribute
+/// names the output type), or says why it cannot run.
+pub(super) fn prepare(
+    op: &Op,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<Kernel, String> {
+    want(ins.len() == 9 && outs.len() == 1, || {
+        format!(
+            "a quantized {} takes 9 inputs and gives 1 output, found {} and {}",
+            op.op_type,
+            ins.len(),
+            outs.len()
+        )
+    })?;
+    types(op, ins, &outs[0])?;
+    if op.op_type == "Conv" {
+        conv(op, ins, &outs[0])
+    } else {
+        product(op, ins, &outs[0])
+    }
+}
+
+/// Checks the element types (and that every parameter has a value).
+fn types(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(), String> {
+    let wanted = |i: usize, ok: fn(DType) -> bool, what: &str| {
+        want(ok(ins[i].dtype), || {
+            format!(
+                "{} (tensor {}) is {}; handled: {what}",
+                NAMES[i],
+                ins[i].id,
+                ins[i].dtype.name()
+            )
+        })
+    };
+    for i in [A, B] {
+        wanted(i, |d| matches!(d, DType::U8 | DType::I8), "u8, i8")?;
+    }
+    wanted(BIAS, |d| d == DType::I32, "i32")?;
+    for i in [A0, B0, C0] {
+        wanted(
+            i,
+            |d| matches!(d, DType::U8 | DType::I8 | DType::I32),
+            "u8, i8, i32",
+        )?;
+    }
+    for i in [A_SCALE, B_SCALE, C_SCALE] {
+        wanted(i, |d| d == DType::F32, "f32")?;
+    }
+    for i in BIAS..=C_SCALE {
+        want(ins[i].len > 0, || format!("{} has no value", NAMES[i]))?;
+    }
+    let q = attr_text(op, "q_params")?;
+    let dtype = match q {
+        "U8" => DType::U8,
+        "I8" => DType::I8,
+        "I32" => DType::I32,
+        other => return Err(format!("quantized output of type {other}")),
+    };
+    want(out.dtype == dtype, || {
+        format!("output is {}, q_params says {q}", out.dtype.name())
+    })
+}
+
+/// Refuses what this path does not handle: a parameter with more than
+/// one value that is not one per channel.
+fn refuse(i: usize, x: &Operand<'_>, channel: &str) -> String {
+    let allowed = if PER_CHANNEL.contains(&i) {
+        format!("one value, or one per {channel}")
+    } else {
+        "one value".into()
+    };
+    format!(
+        "{} has {} values (shape {:?}); handled: {allowed}",
+        NAMES[i], x.len, x.shape
+    )
+}
+
+fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+    let expr = attr_text(op, "expr")?;
+    let (lhs, out_axes) = expr.split_once("->").ok_or("no -> in the expression")?;
+    let parts: Vec<&str> = lhs.split(',').collect();
+    want(parts.len() == 9, || {
+        format!("`{expr}` does not have 9 operands")
+    })?;
+    let labels: Vec<Vec<char>> = parts.iter().map(|s| s.chars().collect()).collect();
+    let pair = format!("{},{}->{out_axes}", parts[A], parts[B]);
+    let sum = Contraction::new(&pair, &[&ins[A].shape, &ins[B].shape], &out.shape)?;
+    want(sum.dims[..sum.kept] == out.shape[..], || {
+        format!("`{expr}` does not give the output's shape {:?}", out.shape)
+    })?;
+    let work = sum.dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    want(work.is_some_and(|w| w < 1 << 40), || {
+        "EinSum too large to loop over".into()
+    })?;
+    let out_axes: Vec<char> = out_axes.chars().collect();
+    let strides = strides_of(&out.shape);
+    // A channel: an axis of b that the output keeps and a does not have.
+    let along = |i: usize| -> Result<Along, String> {
+        let x = &ins[i];
+        want(labels[i].len() == x.shape.len(), || {
+            format!("`{expr}` does not match the rank of {}", NAMES[i])
+        })?;
+        if x.len == 1 {
+            return Ok(Along::ALL);
+        }
+        let label = match labels[i][..] {
+            [c] if PER_CHANNEL.contains(&i)
+                && labels[B].contains(&c)
+                && !labels[A].contains(&c) =>
+            {
+                Some(c)
+            }
+            _ => None,
+        };
+        match label.and_then(|c| out_axes.iter().position(|&o| o == c)) {
+            Some(p) if out.shape[p] == x.len => Ok(Along {
+                div: strides[p].max(1),
+                len: x.len,
+            }),
+            _ => Err(refuse(i, x, "column of b")),
+        }
+    };
+    for i in [A0, A_SCALE, C0, C_SCALE] {
+        along(i)?;
+    }
+    let channels = Channels {
+        bias: along(BIAS)?,
+        b0: along(B0)?,
+        b_scale: along(B_SCALE)?,
+    };
+    Ok(Kernel::QProduct(QProduct { sum, channels }))
+}
+
+fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+    let shape = conv_shape(op, &ins[A], &ins[B], out)?;
+    let c_out = shape.groups * shape.out_per_group;
+    // Output element o is in channel (o / plane) % c_out (NCHW or CHW).
+    let channel = Along {
+        div: shape.window.output_plane().max(1),
+        len: c_out,
+    };
+    let along = |i: usize| -> Result<Along, String> {
+        let x = &ins[i];
+        if x.len == 1 {
+            Ok(Along::ALL)
+        } else if PER_CHANNEL.contains(&i) && x.shape.len() == 1 && x.len == c_out {
+            Ok(channel)
+        } else {
+            Err(refuse(i, x, "output channel"))
+        }
+    };
+    for i in [A0, A_SCALE, C0, C_SCALE] {
+        along(i)?;
+    }
+    let channels = Channels {
+        bias: along(BIAS)?,
+        b0: along(B0)?,
+        b_scale: along(B_SCALE)?,
+    };
+    Ok(Kernel::QConv(QConv { shape, channels }))
+}
+
+/// ONNX's requantisation of accumulator `acc` (bias included) with the
+/// combined scale `a_scale·b_scale / c_scale`: `acc · scale + zero`
+/// rounded half to even and saturated to `lo..=hi`. A NaN scale (a zero
+/// output scale over a zero product) gives 0.
+pub fn requantize(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
+    let y = f64::from(acc) * f64::from(scale) + f64::from(zero);
+    y.round_ties_even().clamp(lo.into(), hi.into()) as i32
+}
+
+/// The combined scale, in f32 as ONNX's reference computes it.
+#[inline]
+fn combined(a_scale: f32, b_scale: f32, c_scale: f32) -> f32 {
+    a_scale * b_scale / c_scale
+}
+
+/// Elements of a and b.
+trait Narrow: bytemuck::Pod {
+    fn wide(self) -> i32;
+}
+
+impl Narrow for u8 {
+    #[inline(always)]
+    fn wide(self) -> i32 {
+        self.into()
+    }
+}
+
+impl Narrow for i8 {
+    #[inline(always)]
+    fn wide(self) -> i32 {
+        self.into()
+    }
+}
+
+/// Zero points of any handled type, read as i32.
+#[derive(Clone, Copy)]
+enum ZeroPoints<'a> {
+    U8(Src<'a, u8>),
+    I8(Src<'a, i8>),
+    I32(Src<'a, i32>),
+}
+
+impl<'a> ZeroPoints<'a> {
+    fn of(v: &Views<'a>, o: &Operand<'a>) -> Result<Self, Failure> {
+        Ok(match o.dtype {
+            DType::U8 => ZeroPoints::U8(v.src(o)?),
+            DType::I8 => ZeroPoints::I8(v.src(o)?),
+            DType::I32 => ZeroPoints::I32(v.src(o)?),
+            // Refused at setup.
+            _ => return Err(Failure::View(o.id)),
+        })
+    }
+
+    #[inline]
+    fn at(self, i: usize) -> i32 {
+        match self {
+            ZeroPoints::U8(s) => s.at(i).into(),
+            ZeroPoints::I8(s) => s.at(i).into(),
+            ZeroPoints::I32(s) => s.at(i),
+        }
+    }
+}
+
+/// The output, of any handled type.
+enum Out<'a> {
+    U8(&'a [Cell<u8>]),
+    I8(&'a [Cell<i8>]),
+    I32(&'a [Cell<i32>]),
+}
+
+impl<'a> Out<'a> {
+    fn of(v: &Views<'a>, o: &Operand<'_>) -> Result<Self, Failure> {
+        Ok(match o.dtype {
+            DType::U8 => Out::U8(v.dst(o)?),
+            DType::I8 => Out::I8(v.dst(o)?),
+            DType::I32 => Out::I32(v.dst(o)?),
+            _ => return Err(Failure::View(o.id)),
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Out::U8(c) => c.len(),
+            Out::I8(c) => c.len(),
+            Out::I32(c) => c.len(),
+        }
+    }
+
+    /// The values the type holds.
+    fn range(&self) -> (i32, i32) {
+        match self {
+            Out::U8(_) => (0, 255),
+            Out::I8(_) => (-128, 127),
+            Out::I32(_) => (i32::MIN, i32::MAX),
+        }
+    }
+
+    /// Writes `y` (already within [`Out::range`]) at `o`.
+    #[inline]
+    fn set(&self, o: usize, y: i32) {
+        match self {
+            Out::U8(c) => c[o].set(y as u8),
+            Out::I8(c) => c[o].set(y as i8),
+            Out::I32(c) => c[o].set(y),
+        }
+    }
+}
+
+/// The parameters, read from their tensors when the step runs (they may
+/// be arena tensors), and the requantisation of one output element.
+struct Requant<'a> {
+    channels: Channels,
+    bias: Src<'a, i32>,
+    a0: i32,
+    a_scale: f32,
+    b0: ZeroPoints<'a>,
+    b_scale: Src<'a, f32>,
+    c0: i32,
+    c_scale: f32,
+    range: (i32, i32),
+}
+
+impl<'a> Requant<'a> {
+    fn load(
+        v: &Views<'a>,
+        ins: &[Operand<'a>],
+        channels: Channels,
+        out: &Out<'_>,
+    ) -> Result<Self, Failure> {
+        Ok(Requant {
+            channels,
+            bias: v.src(&ins[BIAS])?,
+            a0: ZeroPoints::of(v, &ins[A0])?.at(0),
+            a_scale: v.src::<f32>(&ins[A_SCALE])?.at(0),
+            b0: ZeroPoints::of(v, &ins[B0])?,
+            b_scale: v.src(&ins[B_SCALE])?,
+            c0: ZeroPoints::of(v, &ins[C0])?.at(0),
+            c_scale: v.src::<f32>(&ins[C_SCALE])?.at(0),
+            range: out.range(),
+        })
+    }
+
+    /// b's zero point for output element `o`.
+    #[inline]
+    fn b0(&self, o: usize) -> i32 {
+        self.b0.at(self.channels.b0.at(o))
+    }
+
+    /// Output element `o` from its sum of products.
+    #[inline]
+    fn output(&self, o: usize, sum: i32) -> i32 {
+        let acc = sum.wrapping_add(self.bias.at(self.channels.bias.at(o)));
+        let b_scale = self.b_scale.at(self.channels.b_scale.at(o));
+        let scale = combined(self.a_scale, b_scale, self.c_scale);
+        requantize(acc, scale, self.c0, self.range)
+    }
+}
+
+/// Runs `$body` with `$x` and `$y` the typed views of operands `$a` and
+/// `$b` (each u8 or i8).
+macro_rules! narrow_pair {
+    ($v:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
+        match ($a.dtype, $b.dtype) {
+            (DType::U8, DType::U8) => {
+                let ($x, $y) = ($v.src::<u8>($a)?, $v.src::<u8>($b)?);
+                $body
+            }
+            (DType::U8, DType::I8) => {
+                let ($x, $y) = ($v.src::<u8>($a)?, $v.src::<i8>($b)?);
+                $body
+            }
+            (DType::I8, DType::U8) => {
+                let ($x, $y) = ($v.src::<i8>($a)?, $v.src::<u8>($b)?);
+                $body
+            }
+            (DType::I8, DType::I8) => {
+                let ($x, $y) = ($v.src::<i8>($a)?, $v.src::<i8>($b)?);
+                $body
+            }
+            // Refused at setup.
+            _ => return Err(Failure::View($a.id)),
+        }
+    };
+}
+
+impl QProduct {
+    /// Runs the product of `ins` into `out`.
+    pub fn run(
+        &self,
+        v: &Views<'_>,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<(), Failure> {
+        let out = Out::of(v, out)?;
+        let q = Requant::load(v, ins, self.channels, &out)?;
+        narrow_pair!(v, &ins[A], &ins[B], |a, b| product_loop(
+            &self.sum, a, b, &q, &out
+        ));
+        Ok(())
+    }
+}
+
+fn product_loop<X: Narrow, Y: Narrow>(
+    c: &Contraction,
+    a: Src<'_, X>,
+    b: Src<'_, Y>,
+    q: &Requant<'_>,
+    out: &Out<'_>,
+) {
+    let (kept, summed) = c.dims.split_at(c.kept);
+    let count: usize = summed.iter().product();
+    for o in 0..out.len() {
+        let base = contract::offsets(kept, &c.strides, 0, o);
+        let b0 = q.b0(o);
+        let mut acc = 0i32;
+        for s in 0..count {
+            let more = contract::offsets(summed, &c.strides, c.kept, s);
+            let x = a.at(base[0] + more[0]).wide().wrapping_sub(q.a0);
+            let y = b.at(base[1] + more[1]).wide().wrapping_sub(b0);
+            acc = acc.wrapping_add(x.wrapping_mul(y));
+        }
+        out.set(o, q.output(o, acc));
+    }
+}
+
+impl QConv {
+    /// Runs the convolution of `ins` into `out`.
+    pub fn run(
+        &self,
+        v: &Views<'_>,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<(), Failure> {
+        let out = Out::of(v, out)?;
+        let q = Requant::load(v, ins, self.channels, &out)?;
+        narrow_pair!(v, &ins[A], &ins[B], |x, w| conv_loop(
+            &self.shape,
+            x,
+            w,
+            &q,
+            &out
+        ));
+        Ok(())
+    }
+}
+
+fn conv_loop<X: Narrow, W: Narrow>(
+    s: &ConvShape,
+    x: Src<'_, X>,
+    w: Src<'_, W>,
+    q: &Requant<'_>,
+    out: &Out<'_>,
+) {
+    let win = &s.window;
+    let [_, ih, iw] = win.input;
+    let [_, oh, ow] = win.output;
+    let [_, kh, kw] = win.kernel;
+    let taps: usize = win.kernel.iter().product();
+    let (plane_in, plane_out) = (win.input_plane(), win.output_plane());
+    let (c_in, c_out) = (s.groups * s.in_per_group, s.groups * s.out_per_group);
+    for image in 0..s.batch {
+        for cout in 0..c_out {
+            let group = cout / s.out_per_group;
+            for pos in 0..plane_out {
+                let o = (image * c_out + cout) * plane_out + pos;
+                let at = [pos / (oh * ow), pos / ow % oh, pos % ow];
+                // Taps that land inside the image; the padding holds a's
+                // zero point and adds nothing.
+                let span: [(usize, usize); 3] = std::array::from_fn(|d| win.taps(d, at[d]));
+                let b0 = q.b0(o);
+                let mut acc = 0i32;
+                for ic in 0..s.in_per_group {
+                    let xb = (image * c_in + group * s.in_per_group + ic) * plane_in;
+                    let wb = (cout * s.in_per_group + ic) * taps;
+                    for tz in span[0].0..span[0].1 {
+                        let z = win.input_at(0, at[0], tz);
+                        for ty in span[1].0..span[1].1 {
+                            let y = win.input_at(1, at[1], ty);
+                            for tx in span[2].0..span[2].1 {
+                                let xx = win.input_at(2, at[2], tx);
+                                let xv = x.at(xb + (z * ih + y) * iw + xx).wide();
+                                let wv = w.at(wb + (tz * kh + ty) * kw + tx).wide();
+                                let p = xv.wrapping_sub(q.a0).wrapping_mul(wv.wrapping_sub(b0));
+                                acc = acc.wrapping_add(p);
+                            }
+                        }
+                    }
+                }
+                out.set(o, q.output(o, acc));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
