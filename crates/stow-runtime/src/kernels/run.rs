@@ -393,10 +393,11 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
             .dst::<u8>(o)?
             .iter()
             .for_each(|c| c.set((value != 0.0) as u8)),
-        DType::F16 => by_size!(o.dtype.size_bytes(), |T| v
-            .dst::<T>(o)?
+        // The recorded value is an f16 read as f32: exact.
+        DType::F16 => v
+            .dst::<half::f16>(o)?
             .iter()
-            .for_each(|c| c.set(bytemuck::Zeroable::zeroed()))),
+            .for_each(|c| c.set(half::f16::from_f64(value))),
     }
     Ok(())
 }
