@@ -74,6 +74,20 @@ macro_rules! by_size {
     };
 }
 
+/// Runs `$body` with `$t` the float type of `$dtype`: f64, else f32
+/// (setup admits nothing else for the kernels dispatched through it).
+macro_rules! by_float {
+    ($dtype:expr, |$t:ident| $body:expr) => {
+        if $dtype == DType::F64 {
+            type $t = f64;
+            $body
+        } else {
+            type $t = f32;
+            $body
+        }
+    };
+}
+
 /// True for kernels that split their work between threads
 /// ([`run_part`]); the others run whole on one thread.
 pub fn splits(k: &Kernel) -> bool {
@@ -99,7 +113,10 @@ pub fn run_part(
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
             elementwise::unary_f16(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
         }
-        Kernel::Unary(f) => elementwise::unary(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
+        Kernel::Unary(f) if ins[0].dtype == DType::F64 => {
+            elementwise::unary::<f64>(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
+        }
+        Kernel::Unary(f) => elementwise::unary::<f32>(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
         Kernel::Binary(b, walk) => arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
         Kernel::Select(walk) => {
             let cond = v.src::<u8>(&ins[0])?;
@@ -158,25 +175,22 @@ pub fn run_part(
             ))
             .map_err(Failure::Index)?
         }
-        Kernel::Softmax(at, log) => crate::with_load!(v.src(&ins[0])?, |x| nn::softmax(
-            *at,
-            *log,
-            x,
-            v.dst(&outs[0])?
-        )),
-        Kernel::RmsNorm(at, eps) => crate::with_load!(v.src(&ins[0])?, |x| nn::rms_norm(
-            *at,
-            *eps,
-            x,
-            v.dst(&outs[0])?
-        )),
+        Kernel::Softmax(at, log) => {
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::softmax(*at, *log, x, v.dst(&outs[0])?)
+            ))
+        }
+        Kernel::RmsNorm(at, eps) => {
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?)
+            ))
+        }
         Kernel::Reduce(r, walk, count) => {
-            crate::with_load!(v.src(&ins[0])?, |x| nn::reduce(
-                *r,
-                walk,
-                *count,
-                x,
-                v.dst(&outs[0])?
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::reduce(*r, walk, *count, x, v.dst(&outs[0])?)
             ))
         }
         Kernel::Pool(nn::Pool::Max, w) => {
