@@ -34,6 +34,7 @@ mod refusals;
 mod reverse;
 mod shapes;
 mod unroll;
+mod widen;
 
 pub use alias::{Alias, ReuseOptions};
 pub use attrs::Attr;
