@@ -37,6 +37,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
     };
     let decluttered = contain(Stage::Declutter, || {
         let mut model = typed;
+        crate::widen::keep_f16_divisions(&mut model);
         crate::guards::guard(&mut model)?;
         crate::guards::declutter(&mut model)?;
         // Loops and data-dependent branches become straight lines of

@@ -19,6 +19,10 @@
 //! run. Outputs that are not f16 (a comparison's bool, an index) need no
 //! cast back.
 //!
+//! Divisions need one more step, before decluttering: tract rewrites a
+//! float `a / b` as `a · recip(b)`, two f16 roundings where numpy has
+//! one, unless the `Div` is [`ExactDiv`] ([`keep_f16_divisions`]).
+//!
 //! Memory: while a widened operator runs, the arena holds its f32 inputs
 //! and outputs (twice the bytes of their f16 forms) besides the f16
 //! tensors around them; converted weights take twice their f16 bytes (an
@@ -28,9 +32,61 @@
 use crate::error::{OnnxError, Stage};
 use std::collections::HashMap;
 use tract_onnx::prelude::*;
+use tract_onnx::tract_core::ops::binary::{BinMiniOp, TypedBinOp};
 use tract_onnx::tract_core::ops::cast::cast;
 use tract_onnx::tract_core::ops::konst::Const;
+use tract_onnx::tract_core::ops::math::Div;
 use tract_onnx::tract_core::ops::source::TypedSource;
+
+/// Division as itself. tract's declutter turns every float `a / b` into
+/// `a · recip(b)`, two roundings where ONNX has one: in f16 the
+/// reciprocal rounds to f16 before the product (one f16 step off numpy in
+/// places; a constant divisor even folds to an f16 reciprocal). An f16
+/// `Div` gets this operator instead, which computes the same quotient and
+/// which tract leaves alone; its name is `Div`, so the widening below and
+/// the runtime treat it as one.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub(crate) struct ExactDiv;
+
+impl BinMiniOp for ExactDiv {
+    fn name(&self) -> &'static str {
+        "Div"
+    }
+
+    fn result_datum_type(&self, a: DatumType, b: DatumType) -> TractResult<DatumType> {
+        Div.result_datum_type(a, b)
+    }
+
+    fn eval_in_a(&self, a: &mut Tensor, b: &Tensor) -> TractResult<()> {
+        Div.eval_in_a(a, b)
+    }
+
+    fn eval_out_of_place(&self, c: &mut Tensor, a: &Tensor, b: &Tensor) -> TractResult<()> {
+        Div.eval_out_of_place(c, a, b)
+    }
+
+    fn neutral_element(&self) -> Option<i64> {
+        Some(1)
+    }
+}
+
+/// Gives every f16 `Div` of `model` the [`ExactDiv`] operator, before
+/// tract's declutter would rewrite it. Returns how many.
+pub(crate) fn keep_f16_divisions(model: &mut TypedModel) -> usize {
+    let mut count = 0;
+    for id in 0..model.nodes().len() {
+        let node = model.node(id);
+        let is_div = node
+            .op_as::<TypedBinOp>()
+            .is_some_and(|b| b.0.is::<Div>() && b.1.is_none());
+        if !is_div || node.outputs[0].fact.datum_type != DatumType::F16 {
+            continue;
+        }
+        model.node_mut(id).op = Box::new(TypedBinOp(Box::new(ExactDiv), None));
+        count += 1;
+    }
+    count
+}
 
 /// True when `node` has an f16 operand and the runtime has no f16 kernel
 /// for its operator.
@@ -160,7 +216,6 @@ pub(crate) fn widen_f16(model: &mut TypedModel) -> Result<usize, OnnxError> {
 mod tests {
     use super::*;
     use tract_onnx::tract_core::ops::array::Gather;
-    use tract_onnx::tract_core::ops::binary::TypedBinOp;
     use tract_onnx::tract_core::ops::logic::comp_lt;
     use tract_onnx::tract_core::ops::math;
     use tract_onnx::tract_core::ops::nn::{Softmax, SoftmaxKind};
@@ -268,6 +323,38 @@ mod tests {
                 (g.to_f32() - w.to_f32()).abs() <= w.to_f32() * 1e-3,
                 "{g} vs {w}"
             );
+        }
+    }
+
+    #[test]
+    fn f16_division_stays_a_division_through_declutter() {
+        let mut m = TypedModel::default();
+        let x = m.add_source("x", f16::fact([3])).unwrap();
+        let y = m.add_source("y", f16::fact([3])).unwrap();
+        let c = m.add_const("c", f16s(&[3.0, 7.0, 0.1])).unwrap();
+        let q = m.wire_node("q", math::div(), &[x, y]).unwrap()[0];
+        let r = m.wire_node("r", math::div(), &[q, c]).unwrap()[0];
+        m.select_output_outlets(&[r]).unwrap();
+        assert_eq!(keep_f16_divisions(&mut m), 2);
+        let mut m = m.into_decluttered().unwrap();
+        widen_f16(&mut m).unwrap();
+        let ops: Vec<String> = m.nodes().iter().map(|n| n.op.name().to_string()).collect();
+        assert!(!ops.iter().any(|o| o == "Recip" || o == "Mul"), "{ops:?}");
+        assert_eq!(ops.iter().filter(|o| *o == "Div").count(), 2, "{ops:?}");
+        // 1/3 and 1/7 are not f16 numbers: x·f16(1/c) would round twice.
+        let plan = m.into_runnable().unwrap();
+        let xs = [1.0f32, 5.0, 0.3];
+        let got = plan
+            .run(tvec![
+                f16s(&xs).into_tvalue(),
+                f16s(&[1.0, 1.0, 1.0]).into_tvalue()
+            ])
+            .unwrap();
+        let got = got[0].to_plain_array_view::<f16>().unwrap();
+        for (i, (x, c)) in xs.iter().zip([3.0f32, 7.0, 0.1]).enumerate() {
+            let c = f16::from_f32(c).to_f32();
+            let want = f16::from_f32(f16::from_f32(*x).to_f32() / c);
+            assert_eq!(got[i], want, "{x} / {c}");
         }
     }
 
