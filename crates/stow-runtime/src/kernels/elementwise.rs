@@ -367,7 +367,8 @@ mod tests {
     #[test]
     fn unary_functions_of_f64_are_computed_in_f64() {
         use std::f64::consts::{FRAC_1_SQRT_2, PI};
-        let cases: [(Unary, fn(f64) -> f64); 32] = [
+        type Reference = fn(f64) -> f64;
+        let cases: [(Unary, Reference); 32] = [
             (Unary::Abs, f64::abs),
             (Unary::Exp, f64::exp),
             (Unary::Ln, f64::ln),
