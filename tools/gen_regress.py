@@ -3,7 +3,9 @@
 
 Each case is a directory in the layout of the ONNX backend test data:
 `model.onnx`, `input_N.pb`, the expected `output_N.pb`, and optionally
-`args.txt` (extra `stow compile` arguments, one per line). Expected outputs
+`args.txt` (extra `stow compile` arguments, one per line) and
+`f16_steps.txt` (how many f16 rounding steps an f16 output may be off,
+default 1). Expected outputs
 come from a third party, never from Stowage or tract: onnxruntime for the
 models built here, and the `onnx` package's own expected outputs for cases
 taken from its node test suite. `crates/stow-cli/tests/regress.rs` compiles
@@ -435,6 +437,82 @@ def nhwc_convs_with_channel_adds():
     return model, {"x": rng.standard_normal([1, 8, 8, 3]).astype(np.float32)}, []
 
 
+def float16_elementwise():
+    """f16 operators that the runtime has no f16 kernel for (arithmetic,
+    Max/Min, fmod, a comparison, ReduceMax) next to ones it runs on f16
+    (Exp, Transpose, Pad with a constant, which once filled with zeros): `stow compile` runs each of the first kind in f32
+    between casts, rounding every result to f16, as numpy does (the node
+    suite's f16 cases failed with "no kernel"). Expected outputs from the
+    ONNX reference implementation (numpy): onnxruntime computes the chain
+    Add -> Sub -> Mul -> Div in f32 without rounding in between, up to 4
+    f16 steps away."""
+    rng = np.random.default_rng(61)
+    f16 = TensorProto.FLOAT16
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["sum"]),
+        helper.make_node("Sub", ["sum", "c"], ["diff"]),
+        helper.make_node("Mul", ["diff", "x"], ["prod"]),
+        helper.make_node("Div", ["prod", "y"], ["chain"]),
+        helper.make_node("Max", ["x", "y", "c"], ["largest"]),
+        helper.make_node("Min", ["x", "c"], ["smallest"]),
+        helper.make_node("Sub", ["largest", "smallest"], ["spread"]),
+        helper.make_node("Mod", ["x", "y"], ["fmod"], fmod=1),
+        helper.make_node("Less", ["x", "y"], ["less"]),
+        helper.make_node("ReduceMax", ["chain"], ["peak"], axes=[2], keepdims=1),
+        helper.make_node("Exp", ["x"], ["ex"]),
+        helper.make_node("Transpose", ["ex"], ["ex_t"], perm=[0, 2, 1]),
+        helper.make_node("Pad", ["x", "pads", "pad_value"], ["padded"]),
+    ]
+    inits = [numpy_helper.from_array(rng.uniform(-1, 1, [5]).astype(np.float16), "c"),
+             numpy_helper.from_array(np.array([0, 1, 0, 0, 0, 2], np.int64), "pads"),
+             numpy_helper.from_array(np.array(1.5, np.float16), "pad_value")]
+    inputs = [helper.make_tensor_value_info("x", f16, [2, 3, 5]),
+              helper.make_tensor_value_info("y", f16, [2, 3, 5])]
+    outputs = [helper.make_tensor_value_info("chain", f16, [2, 3, 5]),
+               helper.make_tensor_value_info("spread", f16, [2, 3, 5]),
+               helper.make_tensor_value_info("fmod", f16, [2, 3, 5]),
+               helper.make_tensor_value_info("less", TensorProto.BOOL, [2, 3, 5]),
+               helper.make_tensor_value_info("peak", f16, [2, 3, 1]),
+               helper.make_tensor_value_info("ex_t", f16, [2, 5, 3]),
+               helper.make_tensor_value_info("padded", f16, [2, 4, 7])]
+    model = model_of(nodes, inputs, outputs, inits)
+    # y away from 0 (it divides), with both signs (fmod keeps x's sign).
+    y = rng.uniform(0.5, 2.0, [2, 3, 5]) * rng.choice([-1, 1], [2, 3, 5])
+    feeds = {"x": (rng.standard_normal([2, 3, 5]) * 2).astype(np.float16),
+             "y": y.astype(np.float16)}
+    return model, feeds, []
+
+
+float16_elementwise.expected_by_reference = True
+# Every operator rounds once, exactly as numpy: no step of difference.
+float16_elementwise.f16_steps = 0
+
+
+def float16_conv_softmax():
+    """f16 Conv with f16 weights and bias (converted to f32 when compiled),
+    and an f16 Softmax, each straight from an input: both accumulate, and
+    onnxruntime computes them in f32 and rounds once, as Stowage does (the
+    ONNX reference accumulates the convolution in f16, 9 steps away)."""
+    rng = np.random.default_rng(67)
+    f16 = TensorProto.FLOAT16
+    nodes = [
+        helper.make_node("Conv", ["image", "w", "b"], ["conv"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Softmax", ["logits"], ["soft"], axis=-1),
+    ]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal([3, 2, 3, 3]) * 0.4).astype(np.float16), "w"),
+        numpy_helper.from_array((rng.standard_normal([3]) * 0.1).astype(np.float16), "b"),
+    ]
+    inputs = [helper.make_tensor_value_info("image", f16, [1, 2, 5, 5]),
+              helper.make_tensor_value_info("logits", f16, [2, 3, 7])]
+    outputs = [helper.make_tensor_value_info("conv", f16, [1, 3, 5, 5]),
+               helper.make_tensor_value_info("soft", f16, [2, 3, 7])]
+    model = model_of(nodes, inputs, outputs, inits)
+    feeds = {"image": rng.standard_normal([1, 2, 5, 5]).astype(np.float16),
+             "logits": (rng.standard_normal([2, 3, 7]) * 3).astype(np.float16)}
+    return model, feeds, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -445,7 +523,8 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          conv_then_offset_strided_slice_same_length,
          convtranspose_output_shape_odd_padding, resize_nearest_sizes_half_way, softplus_large_input,
          batchnorm_computed_statistics, input_used_for_its_shape_only,
-         resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds]
+         resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
+         float16_elementwise, float16_conv_softmax]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [
@@ -487,7 +566,37 @@ def built_case(out, make):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outputs = session.run(None, {**feeds, **fixed})
     names = [o.name for o in session.get_outputs()]
+    if getattr(make, "expected_by_reference", False):
+        from onnx.reference import ReferenceEvaluator
+
+        reference = ReferenceEvaluator(model).run(None, {**feeds, **fixed})
+        compare_f16(names, reference, outputs, "onnxruntime")
+        outputs = reference
+    else:
+        compare_f16(names, outputs, None, "the ONNX reference", model, {**feeds, **fixed})
     write_case(out, make.__name__, model, list(feeds.items()), list(zip(names, outputs)), args)
+    steps = getattr(make, "f16_steps", None)
+    if steps is not None:
+        with open(os.path.join(out, make.__name__, "f16_steps.txt"), "w") as f:
+            f.write(f"{steps}\n")
+
+
+def compare_f16(names, expected, other, who, model=None, feeds=None):
+    """Prints how many f16 steps `who` (the other third party) is from the
+    expected outputs, for the record (they differ where one of them
+    rounds more often)."""
+    if not any(o.dtype == np.float16 for o in expected):
+        return
+    if other is None:
+        from onnx.reference import ReferenceEvaluator
+
+        other = ReferenceEvaluator(model).run(None, feeds)
+    for name, want, got in zip(names, expected, other):
+        if want.dtype != np.float16:
+            continue
+        step = np.spacing(np.abs(want)).astype(np.float64)
+        ulps = np.abs(got.astype(np.float64) - want.astype(np.float64)) / step
+        print(f"  {name}: {who} within {ulps.max():g} f16 steps")
 
 
 def node_cases(out, names):

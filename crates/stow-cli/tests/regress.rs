@@ -10,6 +10,7 @@ use common::*;
 use prost::Message;
 use std::path::{Path, PathBuf};
 use stow_onnx::Tensor;
+use tract_onnx::prelude::f16;
 
 /// Largest error accepted, relative to the output's scale.
 const TOLERANCE: f64 = 1e-4;
@@ -56,11 +57,6 @@ fn scaled_error(got: &Tensor, want: &Tensor) -> Result<f64, String> {
             want.shape()
         ));
     }
-    let values = |t: &Tensor| -> Vec<f64> {
-        let t = t.cast_to::<f64>().expect("numeric output");
-        let v = t.to_plain_array_view::<f64>().unwrap();
-        v.iter().copied().collect()
-    };
     let (g, w) = (values(got), values(want));
     let mut diff = 0.0f64;
     for (a, b) in g.iter().zip(&w) {
@@ -71,11 +67,56 @@ fn scaled_error(got: &Tensor, want: &Tensor) -> Result<f64, String> {
             diff = diff.max((a - b).abs());
         }
     }
-    let scale = w
-        .iter()
-        .filter(|b| b.is_finite())
-        .fold(0.0f64, |m, b| m.max(b.abs()));
+    let scale = scale_of(&w);
     Ok(if scale > 0.0 { diff / scale } else { diff })
+}
+
+/// A numeric tensor's elements as f64.
+fn values(t: &Tensor) -> Vec<f64> {
+    let t = t.cast_to::<f64>().expect("numeric output");
+    let v = t.to_plain_array_view::<f64>().unwrap();
+    v.iter().copied().collect()
+}
+
+/// The largest finite magnitude.
+fn scale_of(v: &[f64]) -> f64 {
+    v.iter()
+        .filter(|b| b.is_finite())
+        .fold(0.0f64, |m, b| m.max(b.abs()))
+}
+
+/// The largest difference between an f16 output and the expected one,
+/// in f16 rounding steps at the expected value, after `slack` (an
+/// absolute amount) is taken off: f16 outputs are judged by their
+/// roundings, not by a tolerance finer than f16 holds.
+fn f16_steps(got: &Tensor, want: &Tensor, slack: f64) -> Result<f64, String> {
+    if got.datum_type() != want.datum_type() || got.shape() != want.shape() {
+        return Err(format!(
+            "{:?} {:?}, expected {:?} {:?}",
+            got.datum_type(),
+            got.shape(),
+            want.datum_type(),
+            want.shape()
+        ));
+    }
+    let (g, w) = (
+        got.to_plain_array_view::<f16>().unwrap(),
+        want.to_plain_array_view::<f16>().unwrap(),
+    );
+    let mut worst = 0.0f64;
+    for (a, b) in g.iter().zip(w) {
+        if a.is_nan() != b.is_nan() {
+            return Err(format!("NaN where {b} expected (or the reverse)"));
+        }
+        if a.is_nan() || a == b {
+            continue;
+        }
+        let (a, b) = (a.to_f64(), b.to_f64());
+        // The spacing of f16 values at |b|: 2^(e − 10), subnormals 2^−24.
+        let step = 2f64.powi((b.abs().max(2f64.powi(-14))).log2().floor() as i32 - 10);
+        worst = worst.max(((a - b).abs() - slack).max(0.0) / step);
+    }
+    Ok(worst)
 }
 
 fn run_case(case: &Path, threads: &str) -> Result<(), String> {
@@ -134,10 +175,26 @@ fn run_case(case: &Path, threads: &str) -> Result<(), String> {
         return Err(format!("run failed: {}", stderr(&o)));
     }
     let expected = stow_onnx::numbered_files(case, "output").unwrap();
+    let allowed_steps: f64 = std::fs::read_to_string(case.join("f16_steps.txt"))
+        .map(|t| t.trim().parse().unwrap())
+        .unwrap_or(1.0);
     for (ix, want) in expected.iter().enumerate() {
         let want = stow_onnx::read_tensor_file(want).unwrap();
         let got = stow_onnx::read_tensor_file(&out.join(format!("output_{ix}.pb")))
             .map_err(|e| format!("output {ix}: {e}"))?;
+        if want.datum_type() == stow_onnx::DatumType::F16 {
+            // Sums in f32 (a convolution's) may differ from another
+            // order's by about 1e-6 of the output's scale: below one f16
+            // step, except at values near 0.
+            let slack = 1e-5 * scale_of(&values(&want));
+            let steps = f16_steps(&got, &want, slack).map_err(|e| format!("output {ix}: {e}"))?;
+            if steps > allowed_steps {
+                return Err(format!(
+                    "output {ix} differs by {steps} f16 steps (allowed {allowed_steps})"
+                ));
+            }
+            continue;
+        }
         let error = scaled_error(&got, &want).map_err(|e| format!("output {ix}: {e}"))?;
         if error > TOLERANCE {
             return Err(format!(
@@ -173,4 +230,15 @@ fn the_comparison_catches_a_wrong_value() {
     assert!(error > TOLERANCE && error < 2e-3, "{error}");
     let nan = Tensor::from_shape(&[3], &[1.0f32, f32::NAN, 4.0]).unwrap();
     assert!(scaled_error(&nan, &want).is_err());
+    // f16 outputs: one rounding step apart is 1 step, at any magnitude.
+    let h = |v: &[f32]| {
+        let v: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+        Tensor::from_shape(&[v.len()], &v).unwrap()
+    };
+    let want = h(&[1.0, -1000.0, 0.001]);
+    assert_eq!(f16_steps(&want, &want, 0.0), Ok(0.0));
+    let next = h(&[1.0 + 2f32.powi(-10), -1000.0, 0.001]);
+    assert_eq!(f16_steps(&next, &want, 0.0), Ok(1.0));
+    let far = h(&[1.0, -1001.5, 0.001]);
+    assert_eq!(f16_steps(&far, &want, 0.0), Ok(3.0));
 }

@@ -10,6 +10,11 @@
 //!   data). Here the affine form `x·slope + intercept` is wired from the
 //!   inputs, whatever they are; constant ones fold to the same two
 //!   constants tract would make.
+//! - `Celu`: tract's expansion leaves out the multiplication by α of the
+//!   negative part (`min(0, exp(x/α) − 1)`), wrong for every negative
+//!   input when α ≠ 1 (found by the node suite's `test_celu_float16`;
+//!   `test_celu` has positive inputs only). Here it is expanded as ONNX
+//!   specifies.
 //! - `MaxPool` with its `Indices` output: tract's own conversion of its
 //!   indices to ONNX's is a private operator whose attributes cannot be
 //!   read back to be recorded in the bundle. Here it is [`MaxPoolIndices`],
@@ -90,6 +95,80 @@ impl Expansion for SoftplusExpansion {
             ElementWiseOp(Box::new(StableSoftplus), None),
             inputs,
         )
+    }
+}
+
+/// ONNX `Celu`: `max(0, x) + min(0, α·(exp(x/α) − 1))`, one operator a
+/// step in the order the ONNX reference computes it (so f16 rounds where
+/// numpy does).
+#[derive(Debug, Clone)]
+struct CeluExpansion {
+    alpha: f32,
+}
+
+impl Expansion for CeluExpansion {
+    fn name(&self) -> StaticName {
+        "Celu".into()
+    }
+
+    fn rules<'r, 'p: 'r, 's: 'r>(
+        &'s self,
+        s: &mut Solver<'r>,
+        inputs: &'p [TensorProxy],
+        outputs: &'p [TensorProxy],
+    ) -> InferenceResult {
+        check_input_arity(inputs, 1)?;
+        check_output_arity(outputs, 1)?;
+        s.equals(&inputs[0].datum_type, &outputs[0].datum_type)?;
+        s.equals(&inputs[0].shape, &outputs[0].shape)?;
+        Ok(())
+    }
+
+    fn wire(
+        &self,
+        prefix: &str,
+        model: &mut TypedModel,
+        inputs: &[OutletId],
+    ) -> TractResult<TVec<OutletId>> {
+        use tract_onnx::tract_hir::ops::activations::broadcast_scalar;
+        let mut constant = |name: &str, value: f32| -> TractResult<OutletId> {
+            let v = broadcast_scalar(value, model, inputs)?;
+            model.add_const(format!("{prefix}.{name}"), v)
+        };
+        let (zero, one, alpha) = (
+            constant("zero", 0.0)?,
+            constant("one", 1.0)?,
+            constant("alpha", self.alpha)?,
+        );
+        let x = inputs[0];
+        let bin = |model: &mut TypedModel, name: &str, op: TypedBinOp, a, b| {
+            model.wire_node(name, op, &[a, b]).map(|w| w[0])
+        };
+        let scaled = bin(
+            model,
+            &format!("{prefix}.x_over_alpha"),
+            math::div(),
+            x,
+            alpha,
+        )?;
+        let exp = model.wire_node(format!("{prefix}.exp"), math::exp(), &[scaled])?[0];
+        let minus_one = bin(model, &format!("{prefix}.minus_one"), math::sub(), exp, one)?;
+        let times_alpha = bin(
+            model,
+            &format!("{prefix}.times_alpha"),
+            math::mul(),
+            alpha,
+            minus_one,
+        )?;
+        let negative = bin(
+            model,
+            &format!("{prefix}.negative"),
+            math::min(),
+            zero,
+            times_alpha,
+        )?;
+        let positive = bin(model, &format!("{prefix}.positive"), math::max(), zero, x)?;
+        Ok(tvec![bin(model, prefix, math::add(), positive, negative)?])
     }
 }
 
@@ -369,6 +448,10 @@ pub(crate) fn onnx() -> tract_onnx::Onnx {
     });
     onnx.op_register.insert("MaxPool", max_pool);
     crate::quantize::register(&mut onnx);
+    onnx.op_register.insert("Celu", |_, node| {
+        let alpha = node.get_attr_opt("alpha")?.unwrap_or(1.0);
+        Ok((expand(CeluExpansion { alpha }), vec![]))
+    });
     onnx
 }
 

@@ -35,6 +35,7 @@ mod refusals;
 mod reverse;
 mod shapes;
 mod unroll;
+mod widen;
 
 pub use alias::{Alias, ReuseOptions};
 pub use attrs::Attr;

@@ -37,6 +37,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
     };
     let decluttered = contain(Stage::Declutter, || {
         let mut model = typed;
+        crate::widen::keep_f16_divisions(&mut model);
         crate::guards::guard(&mut model)?;
         crate::guards::declutter(&mut model)?;
         // Loops and data-dependent branches become straight lines of
@@ -48,6 +49,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         crate::channels::channels_first(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;
+        // Last: each pass above may change which operators hold f16.
+        crate::widen::widen_f16(&mut model)?;
         crate::graph::name_outputs(&mut model, &output_names)?;
         Ok(model)
     })?;

@@ -4,10 +4,11 @@
 //! output over an input (in place).
 
 use super::cells::{map_row, zip_row, Load, Src};
+use super::float::Float;
 use super::layout::Walk;
 use std::cell::Cell;
 
-/// A unary function of f32.
+/// A unary function of floats (f32, f64; f16 through f32).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Unary {
     /// |x|
@@ -116,25 +117,26 @@ impl Unary {
         })
     }
 
-    /// The function at one point.
+    /// The function at one point, in `F` (f32 or f64).
     #[inline(always)]
-    pub fn apply(self, x: f32) -> f32 {
+    pub fn apply<F: Float>(self, x: F) -> F {
         use Unary::*;
+        let of = F::of;
         match self {
             Abs => x.abs(),
             Exp => x.exp(),
             Ln => x.ln(),
             Sqrt => x.sqrt(),
-            Rsqrt => 1.0 / x.sqrt(),
-            Recip => 1.0 / x,
+            Rsqrt => F::ONE / x.sqrt(),
+            Recip => F::ONE / x,
             Neg => -x,
-            Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Sigmoid => F::ONE / (F::ONE + (-x).exp()),
             Tanh => x.tanh(),
-            Erf => erf(x),
-            GeluExact => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
-            Silu => x / (1.0 + (-x).exp()),
-            Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
-            HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+            Erf => x.erf(),
+            GeluExact => of(0.5) * x * (F::ONE + (x * F::FRAC_1_SQRT_2).erf()),
+            Silu => x / (F::ONE + (-x).exp()),
+            Softplus => x.max(F::ZERO) + (-x.abs()).exp().ln_1p(),
+            HardSwish => x * (x + of(3.0)).clamp(F::ZERO, of(6.0)) / of(6.0),
             Sin => x.sin(),
             Cos => x.cos(),
             Floor => x.floor(),
@@ -142,7 +144,7 @@ impl Unary {
             Round => x.round(),
             RoundHalfToEven => x.round_ties_even(),
             Sign => {
-                if x == 0.0 || x.is_nan() {
+                if x == F::ZERO || x.is_nan() {
                     x
                 } else {
                     x.signum()
@@ -159,8 +161,8 @@ impl Unary {
             Acosh => x.acosh(),
             Atanh => x.atanh(),
             GeluTanh => {
-                let k = (2.0 / std::f32::consts::PI).sqrt();
-                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+                let k = (of(2.0) / F::PI).sqrt();
+                of(0.5) * x * (F::ONE + (k * (x + of(0.044715) * x * x * x)).tanh())
             }
         }
     }
@@ -171,7 +173,7 @@ impl Unary {
 /// below 3e-7 in exact arithmetic, 1e-6 in f32), whose error relative to a small result would be large
 /// (found by `tools/fuzz_graphs.py`). Both are branch-free polynomials and
 /// the choice a select, so the loop still vectorises.
-fn erf(x: f32) -> f32 {
+pub(super) fn erf(x: f32) -> f32 {
     // 2/√π · (−1)ⁿ / (n! (2n+1)).
     const SERIES: [f32; 7] = [
         std::f32::consts::FRAC_2_SQRT_PI,
@@ -211,9 +213,9 @@ pub fn unary_f16(f: Unary, src: Src<'_, half::f16>, out: &[Cell<half::f16>]) {
     convert(src, out, |x| half::f16::from_f32(f.apply(x.to_f32())));
 }
 
-/// `out[i] = f(src[i])` over equal-length operands.
-pub fn unary(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
-    fn go(f: Unary, src: impl Load<f32>, out: &[Cell<f32>]) {
+/// `out[i] = f(src[i])` over equal-length operands of f32 or f64.
+pub fn unary<F: Float>(f: Unary, src: Src<'_, F>, out: &[Cell<F>]) {
+    fn go<F: Float>(f: Unary, src: impl Load<F>, out: &[Cell<F>]) {
         let n = out.len().min(src.count());
         let (out, src) = (&out[..n], src.sub(0, n));
         // One loop per function, so each one vectorises on its own.
@@ -357,6 +359,83 @@ mod tests {
         assert!((erf(0.5) - 0.520_499_9).abs() < 1e-6);
         assert!((erf(-2.0) + 0.995_322_3).abs() < 1e-6);
         assert_eq!(erf(0.0), 0.0);
+    }
+
+    /// Every unary function over f64, against its definition in f64
+    /// (written here apart from the kernel), within a few f64 ulps: the
+    /// f32 path would be off by about 1e-7.
+    #[test]
+    fn unary_functions_of_f64_are_computed_in_f64() {
+        use std::f64::consts::{FRAC_1_SQRT_2, PI};
+        type Reference = fn(f64) -> f64;
+        let cases: [(Unary, Reference); 32] = [
+            (Unary::Abs, f64::abs),
+            (Unary::Exp, f64::exp),
+            (Unary::Ln, f64::ln),
+            (Unary::Sqrt, f64::sqrt),
+            (Unary::Rsqrt, |x| 1.0 / x.sqrt()),
+            (Unary::Recip, |x| 1.0 / x),
+            (Unary::Neg, |x| -x),
+            (Unary::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+            (Unary::Tanh, f64::tanh),
+            (Unary::Erf, libm::erf),
+            (Unary::GeluExact, |x| {
+                0.5 * x * (1.0 + libm::erf(x * FRAC_1_SQRT_2))
+            }),
+            (Unary::Silu, |x| x / (1.0 + (-x).exp())),
+            (Unary::Softplus, |x| (1.0 + x.exp()).ln()),
+            (Unary::HardSwish, |x| x * (x + 3.0).clamp(0.0, 6.0) / 6.0),
+            (Unary::Sin, f64::sin),
+            (Unary::Cos, f64::cos),
+            (Unary::Floor, f64::floor),
+            (Unary::Ceil, f64::ceil),
+            (Unary::Round, f64::round),
+            (Unary::RoundHalfToEven, f64::round_ties_even),
+            (Unary::Sign, |x| if x == 0.0 { 0.0 } else { x.signum() }),
+            (Unary::Square, |x| x * x),
+            (Unary::Tan, f64::tan),
+            (Unary::Asin, f64::asin),
+            (Unary::Acos, f64::acos),
+            (Unary::Atan, f64::atan),
+            (Unary::Sinh, f64::sinh),
+            (Unary::Cosh, f64::cosh),
+            (Unary::Asinh, f64::asinh),
+            (Unary::Acosh, f64::acosh),
+            (Unary::Atanh, f64::atanh),
+            (Unary::GeluTanh, |x| {
+                0.5 * x * (1.0 + ((2.0 / PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+            }),
+        ];
+        // Inside (−1, 1), the domain of asin, acos and atanh; from 1 up
+        // for the functions of positive numbers.
+        let xs: Vec<f64> = (1..=1000).map(|i| -0.999 + i as f64 * 1.998e-3).collect();
+        let big: Vec<f64> = (0..1000).map(|i| 1.0 + i as f64 * 0.0173).collect();
+        for (f, reference) in cases {
+            let positive = matches!(f, Unary::Ln | Unary::Sqrt | Unary::Rsqrt | Unary::Acosh);
+            let xs = if positive { &big } else { &xs };
+            let mut out = vec![0.0f64; xs.len()];
+            let cells = Cell::from_mut(&mut out[..]).as_slice_of_cells();
+            unary::<f64>(f, Src::Weight(xs), cells);
+            for (x, got) in xs.iter().zip(&out) {
+                let want = reference(*x);
+                let error = (got - want).abs();
+                assert!(
+                    error <= 1e-14 * want.abs().max(1e-3),
+                    "{f:?}({x}) = {got}, want {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn f64_keeps_what_f32_rounds_away() {
+        // 1 + 1e-12 is 1 in f32; e^(1e-12) − 1 shows whether it was kept.
+        let x = [1e-12f64, 1.0];
+        let mut out = [0.0f64; 2];
+        let cells = Cell::from_mut(&mut out[..]).as_slice_of_cells();
+        unary::<f64>(Unary::Exp, Src::Weight(&x), cells);
+        assert!(((out[0] - 1.0) / 1e-12 - 1.0).abs() < 1e-3, "{}", out[0]);
+        assert_eq!(out[1], std::f64::consts::E);
     }
 
     #[test]

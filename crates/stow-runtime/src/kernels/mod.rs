@@ -16,6 +16,7 @@ pub mod cells;
 pub mod contract;
 pub mod elementwise;
 pub mod fourier;
+pub mod float;
 pub mod gemm;
 pub mod indexing;
 pub mod layout;
@@ -38,6 +39,51 @@ use layout::Walk;
 use linalg::ConvShape;
 use nn::{AroundAxis, Pool, Reducer, Window};
 use stow_bundle::DType;
+
+/// Operator types (tract's names, as bundles record them) besides the
+/// unary functions ([`Unary::from_name`]) whose kernels take f16
+/// operands: casts, float tests, and the operators that only move
+/// elements (raw bits of any width) or, for `EinSum`, loop in f64.
+/// Scatters with a reduction other than `none` are refused on f16.
+const F16_OPS: &[&str] = &[
+    "Cast",
+    "IsNan",
+    "IsInf",
+    "Iff",
+    "AddAxis",
+    "RmAxis",
+    "Reshape",
+    "IntoShape",
+    "Identity",
+    "MoveAxis",
+    "Slice",
+    "MultiBroadcastTo",
+    "Downsample",
+    "NearestUpsample",
+    "Tile",
+    "Pad",
+    "Concat",
+    "TypedConcat",
+    "Gather",
+    "GatherElements",
+    "GatherNd",
+    "ScatterElements",
+    "ScatterNd",
+    "Onehot",
+    "Trilu",
+    "EinSum",
+    "Fft",
+    "QuantizeLinear",
+];
+
+/// True when the runtime has a kernel for `op_type` (tract's name, as
+/// bundles record it) on f16 operands. The one list of them: setup
+/// refuses f16 operands of any other operator, and `stow compile` runs
+/// every other f16 operator in f32 between casts (stow-onnx's widening
+/// pass), so the two cannot disagree.
+pub fn has_f16_kernel(op_type: &str) -> bool {
+    Unary::from_name(op_type).is_some() || F16_OPS.contains(&op_type)
+}
 
 /// Where an operand's bytes are.
 #[derive(Clone, Copy, Debug)]

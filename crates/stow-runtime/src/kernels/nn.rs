@@ -1,7 +1,9 @@
-//! Normalisations, reductions and pooling over f32 tensors (max pooling
-//! over any number type).
+//! Normalisations, reductions and pooling over f32 tensors (softmax, RMS
+//! normalisation and reductions also over f64, max pooling over any
+//! number type).
 
 use super::cells::{Load, Src};
+use super::float::Float;
 use super::layout::Walk;
 use std::cell::Cell;
 use stow_bundle::DType;
@@ -36,17 +38,17 @@ impl AroundAxis {
     }
 }
 
-/// Softmax (or log-softmax) along the axis.
-pub fn softmax(at: AroundAxis, log: bool, x: impl Load<f32>, out: &[Cell<f32>]) {
+/// Softmax (or log-softmax) along the axis, in f32 or f64.
+pub fn softmax<F: Float>(at: AroundAxis, log: bool, x: impl Load<F>, out: &[Cell<F>]) {
     let s = at.inner;
     at.lanes(|base| {
         let max = (0..at.n)
             .map(|j| x.load(base + j * s))
-            .fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
+            .fold(F::NEG_INFINITY, F::max);
+        let mut sum = F::ZERO;
         for j in 0..at.n {
             let e = (x.load(base + j * s) - max).exp();
-            sum += e;
+            sum = sum + e;
             out[base + j * s].set(if log { x.load(base + j * s) - max } else { e });
         }
         if log {
@@ -56,7 +58,7 @@ pub fn softmax(at: AroundAxis, log: bool, x: impl Load<f32>, out: &[Cell<f32>]) 
                 c.set(c.get() - ln);
             }
         } else {
-            let r = 1.0 / sum;
+            let r = F::ONE / sum;
             for j in 0..at.n {
                 let c = &out[base + j * s];
                 c.set(c.get() * r);
@@ -65,12 +67,13 @@ pub fn softmax(at: AroundAxis, log: bool, x: impl Load<f32>, out: &[Cell<f32>]) 
     });
 }
 
-/// `x / √(mean(x²) + eps)` along the axis.
-pub fn rms_norm(at: AroundAxis, eps: f32, x: impl Load<f32>, out: &[Cell<f32>]) {
+/// `x / √(mean(x²) + eps)` along the axis, in f32 or f64.
+pub fn rms_norm<F: Float>(at: AroundAxis, eps: f32, x: impl Load<F>, out: &[Cell<F>]) {
     let s = at.inner;
+    let eps = F::from_f32(eps);
     at.lanes(|base| {
-        let sq: f32 = (0..at.n).map(|j| x.load(base + j * s).powi(2)).sum();
-        let r = 1.0 / (sq / at.n as f32 + eps).sqrt();
+        let sq: F = (0..at.n).map(|j| x.load(base + j * s).powi(2)).sum();
+        let r = F::ONE / (sq / F::count(at.n) + eps).sqrt();
         for j in 0..at.n {
             out[base + j * s].set(x.load(base + j * s) * r);
         }
@@ -109,13 +112,19 @@ impl Reducer {
 /// Reduces `x` into `out` (reduced axes kept with size 1). `walk` runs
 /// over the input's dimensions with operands (output, input); the
 /// output's stride is 0 along reduced axes. `count` is the number of
-/// values reduced into each output.
-pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: impl Load<f32>, out: &[Cell<f32>]) {
+/// values reduced into each output. f32 or f64.
+pub fn reduce<F: Float>(
+    r: Reducer,
+    walk: &Walk<2>,
+    count: usize,
+    x: impl Load<F>,
+    out: &[Cell<F>],
+) {
     let init = match r {
-        Reducer::Sum | Reducer::MeanOfSquares => 0.0,
-        Reducer::Prod => 1.0,
-        Reducer::Max => f32::NEG_INFINITY,
-        Reducer::Min => f32::INFINITY,
+        Reducer::Sum | Reducer::MeanOfSquares => F::ZERO,
+        Reducer::Prod => F::ONE,
+        Reducer::Max => F::NEG_INFINITY,
+        Reducer::Min => F::INFINITY,
     };
     out.iter().for_each(|c| c.set(init));
     let (len, [so, si]) = walk.inner();
@@ -136,13 +145,13 @@ pub fn reduce(r: Reducer, walk: &Walk<2>, count: usize, x: impl Load<f32>, out: 
         }
     });
     if r == Reducer::MeanOfSquares {
-        let n = count.max(1) as f32;
+        let n = F::count(count.max(1));
         out.iter().for_each(|c| c.set(c.get() / n));
     }
 }
 
 #[inline(always)]
-fn combine(r: Reducer, acc: f32, v: f32) -> f32 {
+fn combine<F: Float>(r: Reducer, acc: F, v: F) -> F {
     match r {
         Reducer::Sum => acc + v,
         Reducer::Prod => acc * v,
@@ -524,6 +533,121 @@ mod tests {
             out.iter().map(Cell::get).collect(),
             indices.iter().map(Cell::get).collect(),
         )
+    }
+
+    fn cells<T: Copy>(v: &mut [T]) -> &[Cell<T>] {
+        Cell::from_mut(v).as_slice_of_cells()
+    }
+
+    /// Softmax and log-softmax of f64 along the middle axis of a 2×3×2
+    /// tensor, against the definition; the inputs differ by 1e-12, which
+    /// f32 would lose.
+    #[test]
+    fn softmax_of_f64_matches_its_definition() {
+        let x: Vec<f64> = (0..12).map(|i| 700.0 + i as f64 * 1e-12).collect();
+        let mut x = x;
+        x[3] = -2.5;
+        x[8] = 3.75;
+        let at = AroundAxis::new(&[2, 3, 2], 1).unwrap();
+        for log in [false, true] {
+            let mut out = vec![0.0f64; 12];
+            softmax(at, log, &x[..], cells(&mut out));
+            for o in 0..2 {
+                for i in 0..2 {
+                    let lane: Vec<usize> = (0..3).map(|j| o * 6 + j * 2 + i).collect();
+                    let max = lane.iter().map(|&k| x[k]).fold(f64::MIN, f64::max);
+                    let sum: f64 = lane.iter().map(|&k| (x[k] - max).exp()).sum();
+                    for &k in &lane {
+                        let want = if log {
+                            x[k] - max - sum.ln()
+                        } else {
+                            (x[k] - max).exp() / sum
+                        };
+                        let error = (out[k] - want).abs();
+                        assert!(
+                            error <= 1e-15 * want.abs().max(1.0),
+                            "{k}: {} {want}",
+                            out[k]
+                        );
+                    }
+                }
+            }
+        }
+        // The 1e-12 steps survive: softmax of (a, a + 1e-12) is not (½, ½).
+        let mut out = [0.0f64; 2];
+        softmax(
+            AroundAxis::new(&[2], 0).unwrap(),
+            false,
+            &[1.0, 1.0 + 1e-12][..],
+            cells(&mut out),
+        );
+        assert!(
+            out[1] > out[0] && (out[1] - out[0] - 5e-13).abs() < 1e-15,
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn rms_norm_of_f64_matches_its_definition() {
+        let x: Vec<f64> = (0..8).map(|i| (i as f64 - 3.3) * 0.7).collect();
+        let mut out = vec![0.0f64; 8];
+        let at = AroundAxis::new(&[2, 4], 1).unwrap();
+        rms_norm(at, 1e-6, &x[..], cells(&mut out));
+        for row in 0..2 {
+            let r = &x[row * 4..row * 4 + 4];
+            let ms = r.iter().map(|v| v * v).sum::<f64>() / 4.0;
+            let scale = 1.0 / (ms + f64::from(1e-6f32)).sqrt();
+            for j in 0..4 {
+                let want = r[j] * scale;
+                assert!((out[row * 4 + j] - want).abs() <= 1e-15 * want.abs().max(1.0));
+            }
+        }
+    }
+
+    /// Every reducer of f64 over axes 0 and 2 of a 3×2×4 tensor (the
+    /// output keeps axis 1), against loops over the same values.
+    #[test]
+    fn reductions_of_f64_match_loops() {
+        use super::super::layout::{broadcast_strides, strides_of};
+        let shape = [3, 2, 4];
+        let x: Vec<f64> = (0..24)
+            .map(|i| ((i * 7 % 11) as f64 - 5.0) * 0.3 + 1e-13 * i as f64)
+            .collect();
+        let os = broadcast_strides(&[1, 2, 1], &shape).unwrap();
+        let walk = Walk::new(&shape, [&os, &strides_of(&shape)]).unwrap();
+        let reducers = [
+            Reducer::Sum,
+            Reducer::Prod,
+            Reducer::Max,
+            Reducer::Min,
+            Reducer::MeanOfSquares,
+        ];
+        for r in reducers {
+            let mut out = [0.0f64; 2];
+            reduce(r, &walk, 12, &x[..], cells(&mut out));
+            for (c, got) in out.iter().enumerate() {
+                let values: Vec<f64> = (0..3)
+                    .flat_map(|a| (0..4).map(move |b| a * 8 + c * 4 + b))
+                    .map(|k| x[k])
+                    .collect();
+                let want = match r {
+                    Reducer::Sum => values.iter().sum(),
+                    Reducer::Prod => values.iter().product(),
+                    Reducer::Max => values.iter().copied().fold(f64::MIN, f64::max),
+                    Reducer::Min => values.iter().copied().fold(f64::MAX, f64::min),
+                    Reducer::MeanOfSquares => values.iter().map(|v| v * v).sum::<f64>() / 12.0,
+                };
+                assert!(
+                    (got - want).abs() <= 1e-14 * want.abs().max(1.0),
+                    "{r:?}[{c}] = {got}, want {want}"
+                );
+            }
+        }
+        // Sums keep what f32 would round away.
+        let mut out = [0.0f64; 1];
+        let walk = Walk::new(&[2], [&[0], &[1]]).unwrap();
+        reduce(Reducer::Sum, &walk, 2, &[1.0, 1e-12][..], cells(&mut out));
+        assert_eq!(out[0], 1.0 + 1e-12);
     }
 
     #[test]

@@ -120,6 +120,24 @@ fn all_f32(ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(), String> {
     }
 }
 
+/// Every operand f32, or every operand f64.
+fn all_float(ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(), String> {
+    let first = ins.first().or(outs.first()).map_or(DType::F32, |o| o.dtype);
+    let want = if first == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    match ins.iter().chain(outs).find(|o| o.dtype != want) {
+        None => Ok(()),
+        Some(o) => Err(format!(
+            "tensor {} is {}; this kernel handles f32 or f64 (all operands alike)",
+            o.id,
+            o.dtype.name()
+        )),
+    }
+}
+
 pub(super) fn arity(ins: &[Operand<'_>], outs: &[Operand<'_>], n_in: usize) -> Result<(), String> {
     want(ins.len() == n_in && outs.len() == 1, || {
         format!(
@@ -185,11 +203,19 @@ pub fn prepare(
     outs: &[Operand<'_>],
 ) -> Result<(Kernel, usize), String> {
     let name = op.op_type.as_str();
+    if !super::has_f16_kernel(name) {
+        if let Some(o) = ins.iter().chain(outs).find(|o| o.dtype == DType::F16) {
+            return Err(format!(
+                "tensor {} is f16 and `{name}` has no f16 kernel (stow compile runs it in f32)",
+                o.id
+            ));
+        }
+    }
     if let Some(f) = Unary::from_name(name) {
         arity(ins, outs, 1)?;
         // f16 through f32: one rounding of a result more accurate than f16.
         if ins[0].dtype != DType::F16 || outs[0].dtype != DType::F16 {
-            all_f32(ins, outs)?;
+            all_float(ins, outs)?;
         }
         want(ins[0].len == outs[0].len, || {
             "input and output sizes differ".into()
@@ -312,9 +338,9 @@ pub fn prepare(
             }
             Ok((Kernel::Cast, 0))
         }
-        "Softmax" => {
+        "Softmax" | "LogSoftmax" => {
             arity(ins, outs, 1)?;
-            all_f32(ins, outs)?;
+            all_float(ins, outs)?;
             let axes = attr_ints(op, "axes")?;
             want(axes.len() == 1, || format!("softmax over axes {axes:?}"))?;
             let kind = attr_text(op, "kind")?;
@@ -324,7 +350,7 @@ pub fn prepare(
         }
         "RmsNorm" => {
             arity(ins, outs, 1)?;
-            all_f32(ins, outs)?;
+            all_float(ins, outs)?;
             let axis = attr_int(op, "axis")? as usize;
             want(ins[0].shape == outs[0].shape, || "shape changes".into())?;
             let at = AroundAxis::new(&ins[0].shape, axis).ok_or("bad axis")?;
@@ -364,7 +390,7 @@ pub fn prepare(
         }
         t if t.starts_with("Reduce") => {
             arity(ins, outs, 1)?;
-            all_f32(ins, outs)?;
+            all_float(ins, outs)?;
             let reducer = attr_text(op, "reducer")?;
             let r = Reducer::from_name(reducer).ok_or_else(|| format!("reducer {reducer}"))?;
             let axes = attr_ints(op, "axes")?;

@@ -74,6 +74,20 @@ macro_rules! by_size {
     };
 }
 
+/// Runs `$body` with `$t` the float type of `$dtype`: f64, else f32
+/// (setup admits nothing else for the kernels dispatched through it).
+macro_rules! by_float {
+    ($dtype:expr, |$t:ident| $body:expr) => {
+        if $dtype == DType::F64 {
+            type $t = f64;
+            $body
+        } else {
+            type $t = f32;
+            $body
+        }
+    };
+}
+
 /// True for kernels that split their work between threads
 /// ([`run_part`]); the others run whole on one thread.
 pub fn splits(k: &Kernel) -> bool {
@@ -99,7 +113,10 @@ pub fn run_part(
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
             elementwise::unary_f16(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
         }
-        Kernel::Unary(f) => elementwise::unary(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
+        Kernel::Unary(f) if ins[0].dtype == DType::F64 => {
+            elementwise::unary::<f64>(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
+        }
+        Kernel::Unary(f) => elementwise::unary::<f32>(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
         Kernel::Binary(b, walk) => arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
         Kernel::Select(walk) => {
             let cond = v.src::<u8>(&ins[0])?;
@@ -160,25 +177,22 @@ pub fn run_part(
             ))
             .map_err(Failure::Index)?
         }
-        Kernel::Softmax(at, log) => crate::with_load!(v.src(&ins[0])?, |x| nn::softmax(
-            *at,
-            *log,
-            x,
-            v.dst(&outs[0])?
-        )),
-        Kernel::RmsNorm(at, eps) => crate::with_load!(v.src(&ins[0])?, |x| nn::rms_norm(
-            *at,
-            *eps,
-            x,
-            v.dst(&outs[0])?
-        )),
+        Kernel::Softmax(at, log) => {
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::softmax(*at, *log, x, v.dst(&outs[0])?)
+            ))
+        }
+        Kernel::RmsNorm(at, eps) => {
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?)
+            ))
+        }
         Kernel::Reduce(r, walk, count) => {
-            crate::with_load!(v.src(&ins[0])?, |x| nn::reduce(
-                *r,
-                walk,
-                *count,
-                x,
-                v.dst(&outs[0])?
+            by_float!(ins[0].dtype, |F| crate::with_load!(
+                v.src::<F>(&ins[0])?,
+                |x| nn::reduce(*r, walk, *count, x, v.dst(&outs[0])?)
             ))
         }
         Kernel::Pool(nn::Pool::Max, w) => {
@@ -402,10 +416,11 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
             .dst::<u8>(o)?
             .iter()
             .for_each(|c| c.set((value != 0.0) as u8)),
-        DType::F16 => by_size!(o.dtype.size_bytes(), |T| v
-            .dst::<T>(o)?
+        // The recorded value is an f16 read as f32: exact.
+        DType::F16 => v
+            .dst::<half::f16>(o)?
             .iter()
-            .for_each(|c| c.set(bytemuck::Zeroable::zeroed()))),
+            .for_each(|c| c.set(half::f16::from_f64(value))),
     }
     Ok(())
 }
