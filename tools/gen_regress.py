@@ -513,6 +513,28 @@ def float16_conv_softmax():
     return model, feeds, []
 
 
+def mod_smaller_first_operand():
+    """Mod whose first operand is the smaller one of a broadcast, fmod 1
+    and 0: tract took Mod for commutative and swapped the operands (found
+    by tools/fuzz_graphs.py)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1),
+             helper.make_node("Mod", ["i", "j"], ["imod"], fmod=0)]
+    inputs = [helper.make_tensor_value_info("a", f, [1, 4]),
+              helper.make_tensor_value_info("b", f, [3, 4]),
+              helper.make_tensor_value_info("i", TensorProto.INT32, [4]),
+              helper.make_tensor_value_info("j", TensorProto.INT32, [2, 4])]
+    outputs = [helper.make_tensor_value_info("fmod", f, [3, 4]),
+               helper.make_tensor_value_info("imod", TensorProto.INT32, [2, 4])]
+    model = model_of(nodes, inputs, outputs)
+    feeds = {"a": np.array([[-0.27, 0.78, 5.5, -7.25]], np.float32),
+             "b": np.array([[-1.96, 1.42, -1.7, 2.0], [0.5, -0.25, 3.0, 1.5],
+                            [4.0, 4.0, -4.0, -4.0]], np.float32),
+             "i": np.array([-7, 7, 9, -9], np.int32),
+             "j": np.array([[3, -3, 4, 4], [10, 10, -10, -10]], np.int32)}
+    return model, feeds, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -524,7 +546,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          convtranspose_output_shape_odd_padding, resize_nearest_sizes_half_way, softplus_large_input,
          batchnorm_computed_statistics, input_used_for_its_shape_only,
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
-         float16_elementwise, float16_conv_softmax]
+         float16_elementwise, float16_conv_softmax, mod_smaller_first_operand]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

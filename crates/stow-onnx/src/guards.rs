@@ -11,7 +11,11 @@
 //! - a stride taken after a Softmax is moved before it, along the axis the
 //!   Softmax normalises;
 //! - a strided Slice that does not start at 0, after a convolution, is
-//!   moved into the convolution as a stride, losing the start offset.
+//!   moved into the convolution as a stride, losing the start offset;
+//! - `Mod` (tract's `Rem`) is taken for commutative, so when its first
+//!   operand is the smaller one of a broadcast the operands are swapped:
+//!   [`guard`] gives it [`OrderedRem`], the same operation that says it is
+//!   not.
 //!
 //! Before decluttering, [`guard`] makes such padding explicit and puts a
 //! [`Barrier`] on the edges where a rewrite must not cross; tract sees
@@ -26,11 +30,11 @@ use crate::error::{OnnxError, Stage};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::*;
 use tract_onnx::tract_core::ops::array::StridedSlice;
-use tract_onnx::tract_core::ops::binary::TypedBinOp;
+use tract_onnx::tract_core::ops::binary::{BinMiniOp, TypedBinOp};
 use tract_onnx::tract_core::ops::cnn::{Conv, PaddingSpec};
 use tract_onnx::tract_core::ops::downsample::Downsample;
 use tract_onnx::tract_core::ops::konst::Const;
-use tract_onnx::tract_core::ops::math::{Div, Sub};
+use tract_onnx::tract_core::ops::math::{Div, Rem, Sub};
 use tract_onnx::tract_core::ops::nn::Softmax;
 use tract_onnx::tract_core::optim::{Optimizer, OptimizerSession, TypedPass};
 
@@ -62,10 +66,50 @@ impl TypedOp for Barrier {
     as_op!();
 }
 
+/// tract's `Rem`, not commutative: tract 0.23.9 leaves `is_commutative`
+/// at its default (true) for `Rem`, and its declutter then swaps the
+/// operands of a `Rem` whose first operand is the smaller.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub(crate) struct OrderedRem;
+
+impl BinMiniOp for OrderedRem {
+    fn name(&self) -> &'static str {
+        Rem.name()
+    }
+
+    fn result_datum_type(&self, a: DatumType, b: DatumType) -> TractResult<DatumType> {
+        Rem.result_datum_type(a, b)
+    }
+
+    fn eval_in_a(&self, a: &mut Tensor, b: &Tensor) -> TractResult<()> {
+        Rem.eval_in_a(a, b)
+    }
+
+    fn eval_out_of_place(&self, c: &mut Tensor, a: &Tensor, b: &Tensor) -> TractResult<()> {
+        Rem.eval_out_of_place(c, a, b)
+    }
+
+    fn eval(&self, a: TValue, b: TValue, c_dt: DatumType) -> TractResult<Tensor> {
+        Rem.eval(a, b, c_dt)
+    }
+
+    fn is_commutative(&self) -> bool {
+        false
+    }
+}
+
 /// Makes the padding of every `SAME_*` convolution explicit and puts a
 /// barrier on every edge a wrong rewrite would cross.
 pub(crate) fn guard(model: &mut TypedModel) -> Result<(), OnnxError> {
     explicit_conv_padding(model)?;
+    for id in 0..model.nodes().len() {
+        let node = model.node_mut(id);
+        if let Some(bin) = node.op_as::<TypedBinOp>() {
+            if bin.0.is::<Rem>() {
+                node.op = Box::new(TypedBinOp(Box::new(OrderedRem), bin.1));
+            }
+        }
+    }
     let mut edges: Vec<(usize, usize)> = Vec::new();
     for node in model.nodes() {
         if let Some(bin) = node.op_as::<TypedBinOp>() {
