@@ -423,3 +423,104 @@ fn dropout_that_may_train_is_refused_until_its_mode_is_set() {
     let o = stow(&["compile", model, "--set", "train=false", "-o", out]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// A ConvTranspose [1,1,1,1] → kernel [2,3], strides [3,2], `auto_pad`
+/// given: its SAME output (3 × 2) is one row taller than the full
+/// transposed convolution (2 rows).
+fn convtranspose_taller_than_full(dir: &Path, auto_pad: &str) -> std::path::PathBuf {
+    use tract_onnx::pb::{
+        attribute_proto::AttributeType, type_proto, AttributeProto, GraphProto, ModelProto,
+        NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
+    };
+    let value = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: 1,
+                shape: Some(tract_onnx::pb::TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| tract_onnx::pb::tensor_shape_proto::Dimension {
+                            value: Some(
+                                tract_onnx::pb::tensor_shape_proto::dimension::Value::DimValue(d),
+                            ),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: name.into(),
+        r#type: AttributeType::Ints as i32,
+        ints: v.to_vec(),
+        ..Default::default()
+    };
+    let node = NodeProto {
+        name: "the_deconv".into(),
+        op_type: "ConvTranspose".into(),
+        input: vec!["x".into(), "w".into()],
+        output: vec!["y".into()],
+        attribute: vec![
+            AttributeProto {
+                name: "auto_pad".into(),
+                r#type: AttributeType::String as i32,
+                s: auto_pad.as_bytes().to_vec(),
+                ..Default::default()
+            },
+            ints("kernel_shape", &[2, 3]),
+            ints("strides", &[3, 2]),
+        ],
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        node: vec![node],
+        initializer: vec![TensorProto {
+            name: "w".into(),
+            dims: vec![1, 1, 2, 3],
+            data_type: 1,
+            float_data: vec![0.5, -1.0, 2.0, 0.25, 1.5, -0.75],
+            ..Default::default()
+        }],
+        input: vec![value("x", &[1, 1, 1, 1])],
+        output: vec![value("y", &[1, 1, 3, 2])],
+        ..Default::default()
+    };
+    let proto = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    };
+    let model = dir.join(format!("deconv_{auto_pad}.onnx"));
+    std::fs::write(&model, proto.encode_to_vec()).unwrap();
+    model
+}
+
+/// ONNX extends a ConvTranspose output that is larger than the full
+/// transposed convolution partly at the start for SAME_UPPER (its
+/// reference splits the negative padding rounding down); the compiler
+/// can only extend at the end, so it refuses that (it extended at the end
+/// and was silently wrong, found by tools/fuzz_graphs.py) and keeps the
+/// one-row extension at the end that SAME_LOWER asks for.
+#[test]
+fn convtranspose_extended_at_the_start_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let upper = convtranspose_taller_than_full(dir.path(), "SAME_UPPER");
+    let out = dir.path().join("o.stow");
+    let (upper, out_s) = (upper.to_str().unwrap(), out.to_str().unwrap());
+    assert_clean_failure(
+        &["compile", upper, "-o", out_s],
+        Path::new(out_s),
+        &["the_deconv", "at the start"],
+    );
+    let lower = convtranspose_taller_than_full(dir.path(), "SAME_LOWER");
+    let o = stow(&["compile", lower.to_str().unwrap(), "-o", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

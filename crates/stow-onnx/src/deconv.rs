@@ -9,7 +9,9 @@
 //! transposed convolution starts at the wrong place (found by
 //! `tools/fuzz_graphs.py`). Here the attribute is replaced by the `pads`
 //! (and `output_padding`) that give the same output shape under ONNX's
-//! rule; the input's spatial shape comes from tract's inference.
+//! rule; the input's spatial shape comes from tract's inference. An
+//! output larger than the full transposed convolution is extended at
+//! the end only, so it is refused where ONNX would extend it at the start.
 
 use crate::error::{OnnxError, Stage};
 use crate::fold::node_key;
@@ -129,7 +131,17 @@ pub(crate) fn explicit_output_padding(
                 after.push(0);
             } else {
                 // A larger output than the full transposed convolution:
-                // the rest is bias only, at the end.
+                // the rest is bias only. ONNX's reference splits the
+                // negative total like a positive one (rounding down), so
+                // only a one-row extension outside SAME_UPPER lies wholly
+                // at the end, where output_padding puts it; elsewhere part
+                // of it comes first, which tract cannot express.
+                if same_upper || total < -1 {
+                    return Err(refuse(format!(
+                        "an output of {} along spatial axis {i}, {} more than the full transposed convolution, would extend it at the start; only one extra row at the end (auto_pad NOTSET or SAME_LOWER) is supported",
+                        out[i], -total
+                    )));
+                }
                 begin.push(0);
                 end.push(0);
                 after.push(-total);
