@@ -28,6 +28,10 @@ and output names. Each graph lands in one class:
               same answer in onnxruntime: upstream rounding amplified by a
               discontinuous or ill-conditioned op (Floor, a comparison,
               ArgMax, normalising a constant row...), not a kernel bug
+    disputed  the first diverging node, run alone on onnxruntime's inputs,
+              still differs, but the spec sides with Stowage: onnx.reference
+              computes Stowage's values, or ONNX shape inference gives
+              Stowage's output shape where onnxruntime's contradicts it
     WRONG     an output differs otherwise, a crash (panic, signal, timeout),
               or a run that fails without a reason
 
@@ -37,9 +41,10 @@ value as an output: the first node whose value diverges is run alone
 --check`); if it fails alone the single-node model is the reproducer,
 otherwise the graph is cut down with onnx.utils.extract_model to the
 diverging value (and its inputs moved as far down as it keeps failing).
-Every WRONG case (model.onnx, inputs.npz, ort_outputs.npz,
+Every WRONG and disputed case (model.onnx, inputs.npz, ort_outputs.npz,
 stow_outputs.npz, note.txt and reduced/) is saved under --save DIR
-(default ~/.cache/stowage/fuzz-failures), at most --keep per cause.
+(default ~/.cache/stowage/fuzz-failures; disputed ones under DIR/disputed),
+at most --keep per cause.
 
     python3 tools/fuzz_graphs.py --count 200                  # release build, seed 1
     nice -n 19 python3 tools/fuzz_graphs.py --minutes 60 --seed 7 [--stow target/release/stow]
@@ -48,7 +53,8 @@ stow_outputs.npz, note.txt and reduced/) is saved under --save DIR
     python3 tools/fuzz_graphs.py --list-ops
 
 Prints `N graphs: M match, R refused (top reasons...), W wrong` (and the
-unstable and ort-rejected counts); exit status 1 iff any graph is WRONG.
+disputed, unstable and ort-rejected counts); exit status 1 iff any graph
+is WRONG.
 Needs numpy, onnx and onnxruntime (the venv of tools/conformance.sh).
 `--ops` restricts the operators drawn; helper nodes (Reshape to reach a
 rank, Abs/Add to make a value positive, Mul by a power of two to bound
@@ -1652,14 +1658,21 @@ def diagnose(judge, model, feeds, first):
             sig = f"{node.op_type} alone: {mismatch_kind(det)}"
             if ref_sides_with_stow:
                 sig += " (Stowage = onnx.reference)"
-            for o, r in zip(single.graph.output, sref):
-                declared = tuple(d.dim_value for d in o.type.tensor_type.shape.dim)
-                if np.asarray(r).shape != declared:
+            declared = [tuple(d.dim_value for d in o.type.tensor_type.shape.dim)
+                        for o in single.graph.output]
+            for o, r, want in zip(single.graph.output, sref, declared):
+                if np.asarray(r).shape != want:
                     notes.append(f"ort's output shape {list(np.asarray(r).shape)} contradicts the "
-                                 f"model's (ONNX shape inference) {list(declared)}")
+                                 f"model's (ONNX shape inference) {list(want)}")
                     sig += " (ort shape != ONNX inference)"
                     break
-            return "wrong", sig, notes, (single, sfeeds)
+            stow_shapes = [np.asarray(a).shape for _, a in (sres1 or {}).get("outputs") or []]
+            ort_shape_wrong = "(ort shape != ONNX inference)" in sig and stow_shapes == declared
+            # The spec sides with Stowage: ONNX's own reference computes
+            # Stowage's values, or ONNX's own shape inference gives the
+            # shapes Stowage gives and ort does not.
+            klass = "disputed" if ref_sides_with_stow or ort_shape_wrong else "wrong"
+            return klass, sig, notes, (single, sfeeds)
         if node is div_node:
             notes.append(f"alone it is refused: {det}" if st == "refused" else
                          "alone on ort's inputs it matches")
@@ -1853,6 +1866,7 @@ def main():
     gen_rejects = collections.Counter()
     causes = collections.Counter()
     unstable = collections.Counter()
+    disputed = collections.Counter()
     cases = []
     started = time.time()
     deadline = started + args.minutes * 60 if args.minutes else None
@@ -1924,6 +1938,14 @@ def main():
                 if args.verbose:
                     print(f"{case_id}: unstable: {sig}")
                 continue
+            if klass == "disputed":
+                counts["disputed"] += 1
+                disputed[sig] += 1
+                if disputed[sig] <= args.keep:
+                    save_case(os.path.join(args.save, "disputed"), case_id, sig, model, feeds, ref,
+                              res, notes, reduced, judge)
+                print(f"{case_id}: disputed: {sig}", flush=True)
+                continue
             counts["wrong"] += 1
             causes[sig] += 1
             path = None
@@ -1943,12 +1965,17 @@ def main():
     top = ", ".join(f"{c}× {r}" for r, c in refusals.most_common(5))
     print(f"\n{n} graphs: {counts['match']} match, {counts['refused']} refused ({top}), "
           f"{counts['wrong']} wrong")
-    print(f"also: {counts['unstable']} unstable (rounding amplified, not counted wrong), "
+    print(f"also: {counts['disputed']} disputed (ort differs from the spec, Stowage does not; "
+          f"not counted wrong), {counts['unstable']} unstable (rounding amplified, not counted wrong), "
           f"{counts['ort rejected']} rejected by onnxruntime, {counts['invalid']} invalid from the "
           f"generator; {elapsed / 60:.1f} min, seed {args.seed}, graphs {args.start}..{i - 1}")
     if causes:
         print("WRONG causes:")
         for c, k in causes.most_common():
+            print(f"  {k}× {c}")
+    if disputed:
+        print("disputed causes:")
+        for c, k in disputed.most_common():
             print(f"  {k}× {c}")
     if unstable:
         print("unstable: " + ", ".join(f"{k}× {c}" for c, k in unstable.most_common()))
@@ -1961,7 +1988,7 @@ def main():
             json.dump(dict(seed=args.seed, start=args.start, end=i - 1, seconds=round(elapsed, 1),
                            counts=counts, refusals=refusals, no_kernel=no_kernel,
                            refusal_examples=examples,
-                           ort_rejected=ort_reasons, causes=causes, unstable=unstable, cases=cases,
+                           ort_rejected=ort_reasons, causes=causes, disputed=disputed, unstable=unstable, cases=cases,
                            generator_rejects=dict(gen_rejects.most_common(40)),
                            onnx_ops=onnx_ops), f, indent=1)
     return 1 if counts["wrong"] else 0

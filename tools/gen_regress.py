@@ -535,6 +535,27 @@ def mod_smaller_first_operand():
     return model, feeds, []
 
 
+def pools_valid_ceil_mode():
+    """MaxPool and AveragePool with auto_pad VALID and ceil_mode 1, whose
+    last window overhangs the input: ONNX shape inference and onnxruntime
+    keep it, tract's VALID rule dropped it (found by tools/fuzz_graphs.py;
+    onnx.reference refuses ceil_mode with auto_pad, so onnxruntime is the
+    judge)."""
+    f = TensorProto.FLOAT
+    attrs = dict(auto_pad="VALID", ceil_mode=1, kernel_shape=[2, 3], strides=[1, 3])
+    nodes = [helper.make_node("MaxPool", ["x"], ["max"], **attrs),
+             helper.make_node("AveragePool", ["x"], ["mean"], count_include_pad=0, **attrs),
+             helper.make_node("AveragePool", ["x"], ["mean_with_pads"], count_include_pad=1,
+                              **attrs)]
+    inputs = [helper.make_tensor_value_info("x", f, [1, 2, 3, 8])]
+    outputs = [helper.make_tensor_value_info(n, f, [1, 2, 2, 3])
+               for n in ["max", "mean", "mean_with_pads"]]
+    model = model_of(nodes, inputs, outputs)
+    rng = np.random.default_rng(8079)
+    feeds = {"x": rng.normal(size=(1, 2, 3, 8)).astype(np.float32)}
+    return model, feeds, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -546,7 +567,8 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          convtranspose_output_shape_odd_padding, resize_nearest_sizes_half_way, softplus_large_input,
          batchnorm_computed_statistics, input_used_for_its_shape_only,
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
-         float16_elementwise, float16_conv_softmax, mod_smaller_first_operand]
+         float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
+         pools_valid_ceil_mode]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

@@ -427,66 +427,70 @@ fn dropout_that_may_train_is_refused_until_its_mode_is_set() {
 /// A ConvTranspose [1,1,1,1] → kernel [2,3], strides [3,2], `auto_pad`
 /// given: its SAME output (3 × 2) is one row taller than the full
 /// transposed convolution (2 rows).
-fn convtranspose_taller_than_full(dir: &Path, auto_pad: &str) -> std::path::PathBuf {
-    use tract_onnx::pb::{
-        attribute_proto::AttributeType, type_proto, AttributeProto, GraphProto, ModelProto,
-        NodeProto, OperatorSetIdProto, TensorProto, TypeProto, ValueInfoProto,
+fn value_info(name: &str, dims: &[i64]) -> tract_onnx::pb::ValueInfoProto {
+    use tract_onnx::pb::{tensor_shape_proto, type_proto, TensorShapeProto, TypeProto};
+    let dim = |d: i64| tensor_shape_proto::Dimension {
+        value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+        ..Default::default()
     };
-    let value = |name: &str, dims: &[i64]| ValueInfoProto {
+    tract_onnx::pb::ValueInfoProto {
         name: name.into(),
         r#type: Some(TypeProto {
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
                 elem_type: 1,
-                shape: Some(tract_onnx::pb::TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&d| tract_onnx::pb::tensor_shape_proto::Dimension {
-                            value: Some(
-                                tract_onnx::pb::tensor_shape_proto::dimension::Value::DimValue(d),
-                            ),
-                            ..Default::default()
-                        })
-                        .collect(),
+                shape: Some(TensorShapeProto {
+                    dim: dims.iter().map(|&d| dim(d)).collect(),
                 }),
             })),
             ..Default::default()
         }),
         ..Default::default()
-    };
-    let ints = |name: &str, v: &[i64]| AttributeProto {
+    }
+}
+
+fn ints_attr(name: &str, v: &[i64]) -> tract_onnx::pb::AttributeProto {
+    tract_onnx::pb::AttributeProto {
         name: name.into(),
-        r#type: AttributeType::Ints as i32,
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Ints as i32,
         ints: v.to_vec(),
         ..Default::default()
-    };
-    let node = NodeProto {
-        name: "the_deconv".into(),
-        op_type: "ConvTranspose".into(),
-        input: vec!["x".into(), "w".into()],
-        output: vec!["y".into()],
-        attribute: vec![
-            AttributeProto {
-                name: "auto_pad".into(),
-                r#type: AttributeType::String as i32,
-                s: auto_pad.as_bytes().to_vec(),
-                ..Default::default()
-            },
-            ints("kernel_shape", &[2, 3]),
-            ints("strides", &[3, 2]),
-        ],
+    }
+}
+
+fn text_attr(name: &str, v: &str) -> tract_onnx::pb::AttributeProto {
+    tract_onnx::pb::AttributeProto {
+        name: name.into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::String as i32,
+        s: v.as_bytes().to_vec(),
         ..Default::default()
-    };
+    }
+}
+
+fn int_attr(name: &str, v: i64) -> tract_onnx::pb::AttributeProto {
+    tract_onnx::pb::AttributeProto {
+        name: name.into(),
+        r#type: tract_onnx::pb::attribute_proto::AttributeType::Int as i32,
+        i: v,
+        ..Default::default()
+    }
+}
+
+/// Writes `dir/file`: a model of the one f32 node `node` from `x` (shape
+/// `x_dims`) to `y` (`y_dims`), with `initializer`, at opset 17.
+fn one_node_model(
+    dir: &Path,
+    file: &str,
+    node: tract_onnx::pb::NodeProto,
+    initializer: Vec<tract_onnx::pb::TensorProto>,
+    x_dims: &[i64],
+    y_dims: &[i64],
+) -> std::path::PathBuf {
+    use tract_onnx::pb::{GraphProto, ModelProto, OperatorSetIdProto};
     let graph = GraphProto {
         node: vec![node],
-        initializer: vec![TensorProto {
-            name: "w".into(),
-            dims: vec![1, 1, 2, 3],
-            data_type: 1,
-            float_data: vec![0.5, -1.0, 2.0, 0.25, 1.5, -0.75],
-            ..Default::default()
-        }],
-        input: vec![value("x", &[1, 1, 1, 1])],
-        output: vec![value("y", &[1, 1, 3, 2])],
+        initializer,
+        input: vec![value_info("x", x_dims)],
+        output: vec![value_info("y", y_dims)],
         ..Default::default()
     };
     let proto = ModelProto {
@@ -498,9 +502,143 @@ fn convtranspose_taller_than_full(dir: &Path, auto_pad: &str) -> std::path::Path
         graph: Some(graph),
         ..Default::default()
     };
-    let model = dir.join(format!("deconv_{auto_pad}.onnx"));
+    let model = dir.join(file);
     std::fs::write(&model, proto.encode_to_vec()).unwrap();
     model
+}
+
+fn convtranspose_taller_than_full(dir: &Path, auto_pad: &str) -> std::path::PathBuf {
+    use tract_onnx::pb::{NodeProto, TensorProto};
+    let node = NodeProto {
+        name: "the_deconv".into(),
+        op_type: "ConvTranspose".into(),
+        input: vec!["x".into(), "w".into()],
+        output: vec!["y".into()],
+        attribute: vec![
+            text_attr("auto_pad", auto_pad),
+            ints_attr("kernel_shape", &[2, 3]),
+            ints_attr("strides", &[3, 2]),
+        ],
+        ..Default::default()
+    };
+    let weights = TensorProto {
+        name: "w".into(),
+        dims: vec![1, 1, 2, 3],
+        data_type: 1,
+        float_data: vec![0.5, -1.0, 2.0, 0.25, 1.5, -0.75],
+        ..Default::default()
+    };
+    let file = format!("deconv_{auto_pad}.onnx");
+    one_node_model(
+        dir,
+        &file,
+        node,
+        vec![weights],
+        &[1, 1, 1, 1],
+        &[1, 1, 3, 2],
+    )
+}
+
+/// A pool named `the_pool` over `x_dims` with `attrs`.
+fn pool_model(
+    dir: &Path,
+    op_type: &str,
+    attrs: Vec<tract_onnx::pb::AttributeProto>,
+    x_dims: &[i64],
+    y_dims: &[i64],
+) -> std::path::PathBuf {
+    let node = tract_onnx::pb::NodeProto {
+        name: "the_pool".into(),
+        op_type: op_type.into(),
+        input: vec!["x".into()],
+        output: vec!["y".into()],
+        attribute: attrs,
+        ..Default::default()
+    };
+    one_node_model(
+        dir,
+        &format!("{op_type}.onnx"),
+        node,
+        vec![],
+        x_dims,
+        y_dims,
+    )
+}
+
+/// Pools whose windows have no single meaning are refused, naming the
+/// node (found by tools/fuzz_graphs.py: each gave an answer that
+/// onnxruntime, onnx.reference or ONNX shape inference contradicts).
+#[test]
+fn pools_with_windows_of_no_single_meaning_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.stow");
+    let out_s = out.to_str().unwrap();
+    let cases = [
+        // Kernel 3 over 2 rows, no padding: ONNX's size is 0 (ceil mode)
+        // or negative, tract's 1.
+        (
+            "MaxPool",
+            vec![ints_attr("kernel_shape", &[3, 1]), int_attr("ceil_mode", 1)],
+            &[1, 1, 2, 4][..],
+            &[1, 1, 1, 4][..],
+            "more than the 2 input rows",
+        ),
+        (
+            "AveragePool",
+            vec![
+                ints_attr("kernel_shape", &[1, 5]),
+                ints_attr("pads", &[0, 1, 0, 1]),
+            ],
+            &[1, 1, 2, 2][..],
+            &[1, 1, 2, 1][..],
+            "more than the 2 input rows plus 2 of padding",
+        ),
+        // The first window (dilation 3) steps over the only real element
+        // from the padding: the maximum of nothing.
+        (
+            "MaxPool",
+            vec![
+                ints_attr("kernel_shape", &[2]),
+                ints_attr("dilations", &[3]),
+                ints_attr("pads", &[2, 2]),
+            ],
+            &[1, 1, 1][..],
+            &[1, 1, 2][..],
+            "lies wholly in the padding",
+        ),
+        // SAME with ceil_mode and a kernel narrower than its stride:
+        // ONNX sizes it in ceil mode (3), tract by the SAME rule (2).
+        (
+            "MaxPool",
+            vec![
+                ints_attr("kernel_shape", &[1]),
+                ints_attr("strides", &[3]),
+                text_attr("auto_pad", "SAME_UPPER"),
+                int_attr("ceil_mode", 1),
+            ],
+            &[1, 1, 5][..],
+            &[1, 1, 2][..],
+            "kernel narrower than its stride",
+        ),
+    ];
+    for (op, attrs, x, y, why) in cases {
+        let model = pool_model(dir.path(), op, attrs, x, y);
+        assert_clean_failure(
+            &["compile", model.to_str().unwrap(), "-o", out_s],
+            Path::new(out_s),
+            &["the_pool", why],
+        );
+    }
+    // Padding that the window reaches into from the input is fine.
+    let model = pool_model(
+        dir.path(),
+        "MaxPool",
+        vec![ints_attr("kernel_shape", &[3]), ints_attr("pads", &[2, 2])],
+        &[1, 1, 1],
+        &[1, 1, 3],
+    );
+    let o = stow(&["compile", model.to_str().unwrap(), "-o", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 /// ONNX extends a ConvTranspose output that is larger than the full

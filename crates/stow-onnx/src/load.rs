@@ -38,6 +38,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
     let decluttered = contain(Stage::Declutter, || {
         let mut model = typed;
         crate::widen::keep_f16_divisions(&mut model);
+        crate::refusals::refuse_degenerate_windows(&model)?;
         crate::guards::guard(&mut model)?;
         crate::guards::declutter(&mut model)?;
         // Loops and data-dependent branches become straight lines of
@@ -46,6 +47,8 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
             | crate::branches::select_branches(&mut model)?
         {}
         crate::refusals::refuse_random(&model)?;
+        // Windows that loops and branches uncovered.
+        crate::refusals::refuse_degenerate_windows(&model)?;
         crate::channels::channels_first(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;
@@ -113,6 +116,7 @@ fn typed_model(
         crate::constants::apply(graph, &options.constants)?;
         crate::recurrent::reverse_layers_forward(graph)?;
         crate::refusals::refuse_mistranslated(graph)?;
+        crate::refusals::valid_pools_in_ceil_mode_as_explicit(graph);
         let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
         crate::bind::substitute(graph, &values);
         crate::fold::fold_constant_branches(graph, &Default::default())?;
