@@ -30,8 +30,10 @@ and output names. Each graph lands in one class:
               ArgMax, normalising a constant row...), not a kernel bug
     disputed  the first diverging node, run alone on onnxruntime's inputs,
               still differs, but the spec sides with Stowage: onnx.reference
-              computes Stowage's values, or ONNX shape inference gives
-              Stowage's output shape where onnxruntime's contradicts it
+              computes Stowage's values, ONNX shape inference gives
+              Stowage's output shape where onnxruntime's contradicts it, or
+              (SAME_* pools and convolutions) onnxruntime computes
+              Stowage's values with the SAME padding written out as pads
     WRONG     an output differs otherwise, a crash (panic, signal, timeout),
               or a run that fails without a reason
 
@@ -1586,6 +1588,43 @@ def reference_note(single, sfeeds, sref, sres):
     return note, stow_ok and bool(vs_ort)
 
 
+def explicit_same_pads(single, sfeeds):
+    """The single-node `single` (a pool or convolution with auto_pad
+    SAME_*) with the pads the operator's text gives SAME written out
+    (output ceil(L/s), extra padding at the end for SAME_UPPER, at the
+    start for SAME_LOWER), or None. onnxruntime runs explicit pads
+    without the SAME_* special cases it gets wrong."""
+    node = single.graph.node[0]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    auto_pad = attrs.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if node.op_type not in ("MaxPool", "AveragePool", "LpPool", "Conv") or \
+            not auto_pad.startswith("SAME"):
+        return None
+    x = np.asarray(sfeeds.get(node.input[0]))
+    if x.ndim < 3 or "kernel_shape" not in attrs:
+        return None
+    spatial = x.shape[2:]
+    kernel = attrs["kernel_shape"]
+    strides = attrs.get("strides", [1] * len(spatial))
+    dilations = attrs.get("dilations", [1] * len(spatial))
+    before, after = [], []
+    for length, k, st, d in zip(spatial, kernel, strides, dilations):
+        out = -(-length // st)
+        total = max((out - 1) * st + (k - 1) * d + 1 - length, 0)
+        small, large = total // 2, total - total // 2
+        before.append(large if auto_pad == "SAME_LOWER" else small)
+        after.append(small if auto_pad == "SAME_LOWER" else large)
+    explicit = onnx.ModelProto()
+    explicit.CopyFrom(single)
+    n = explicit.graph.node[0]
+    keep = [a for a in n.attribute if a.name not in ("auto_pad", "pads", "ceil_mode")]
+    del n.attribute[:]
+    n.attribute.extend(keep)
+    n.attribute.append(helper.make_attribute("pads", before + after))
+    return explicit
+
+
 def diagnose(judge, model, feeds, first):
     """Find the first diverging node; return (klass, signature, note lines,
     reduced (model, feeds) or None)."""
@@ -1668,6 +1707,17 @@ def diagnose(judge, model, feeds, first):
                     break
             stow_shapes = [np.asarray(a).shape for _, a in (sres1 or {}).get("outputs") or []]
             ort_shape_wrong = "(ort shape != ONNX inference)" in sig and stow_shapes == declared
+            explicit = explicit_same_pads(single, sfeeds)
+            if explicit is not None and not ref_sides_with_stow and sres1 and sres1.get("outputs"):
+                try:
+                    r = ort_run(explicit, sfeeds)
+                    if not compare_all([o.name for o in single.graph.output], r, sres1["outputs"]):
+                        notes.append("onnxruntime on the same node with the SAME_* pads written "
+                                     "out computes Stowage's values")
+                        sig += " (Stowage = ort with explicit SAME pads)"
+                        ref_sides_with_stow = True
+                except Exception as e:
+                    notes.append(f"ort with explicit SAME pads failed: {e}")
             # The spec sides with Stowage: ONNX's own reference computes
             # Stowage's values, or ONNX's own shape inference gives the
             # shapes Stowage gives and ort does not.

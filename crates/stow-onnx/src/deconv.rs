@@ -109,6 +109,7 @@ pub(crate) fn explicit_output_padding(
         let dilations = ints(node, "dilations").unwrap_or_else(|| ones.clone());
         let extra = ints(node, "output_padding").unwrap_or_else(|| zeros.clone());
         let same_upper = text(node, "auto_pad").is_some_and(|p| p == "SAME_UPPER");
+        let same = text(node, "auto_pad").is_some_and(|p| p.starts_with("SAME_"));
         let (mut begin, mut end, mut after) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..spatial {
             let get = |v: &Vec<i64>| v.get(i).copied();
@@ -133,12 +134,16 @@ pub(crate) fn explicit_output_padding(
                 // A larger output than the full transposed convolution:
                 // the rest is bias only. ONNX's reference splits the
                 // negative total like a positive one (rounding down), so
-                // only a one-row extension outside SAME_UPPER lies wholly
-                // at the end, where output_padding puts it; elsewhere part
-                // of it comes first, which tract cannot express.
-                if same_upper || total < -1 {
+                // only a one-row extension of an explicit output_shape
+                // lies wholly at the end, where output_padding puts it;
+                // elsewhere part of it comes first, which tract cannot
+                // express. For SAME_*, ONNX's shape inference and
+                // onnxruntime clamp the padding at zero instead (the full
+                // convolution's size), against the reference: no single
+                // answer.
+                if same || total < -1 {
                     return Err(refuse(format!(
-                        "an output of {} along spatial axis {i}, {} more than the full transposed convolution, would extend it at the start; only one extra row at the end (auto_pad NOTSET or SAME_LOWER) is supported",
+                        "an output of {} along spatial axis {i}, {} more than the full transposed convolution, is sized differently by ONNX's reference (which also extends it at the start), its shape inference and onnxruntime; only one extra row at the end of an explicit output_shape is supported",
                         out[i], -total
                     )));
                 }

@@ -12,7 +12,7 @@ use crate::error::{OnnxError, Stage};
 use tract_onnx::pb::{GraphProto, NodeProto};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::internal::DimLike;
-use tract_onnx::tract_core::ops::cnn::{Conv, MaxPool, PoolSpec, SumPool};
+use tract_onnx::tract_core::ops::cnn::{Conv, MaxPool, PaddingSpec, PoolSpec, SumPool};
 
 fn attr_text(node: &NodeProto, name: &str) -> Option<String> {
     node.attribute
@@ -170,13 +170,16 @@ pub(crate) fn refuse_random(model: &TypedModel) -> Result<(), OnnxError> {
 /// Why the windows of a convolution or pool with `spec` over `input`
 /// (its whole shape) have no single meaning, if they have none: a kernel
 /// wider than the padded input (ONNX's output size is then zero or
-/// negative, tract's one window), or, where the result would be a maximum
+/// negative, tract's one window); for a `pool`, SAME padding that would
+/// be negative (tract clamps it at zero, as convolutions do everywhere);
+/// or, where the result would be a maximum
 /// or mean of nothing (`empty_window_matters`), a window that lies wholly
 /// in the padding (onnxruntime, `onnx.reference` and tract each give
 /// something else).
 fn degenerate_window(
     spec: &PoolSpec,
     input: &[TDim],
+    pool: bool,
     empty_window_matters: bool,
 ) -> Option<String> {
     let shape = spec
@@ -199,6 +202,17 @@ fn degenerate_window(
         let dilation = spec.dilation(axis);
         let stride = spec.stride(axis);
         let field = kernel.saturating_sub(1) * dilation + 1;
+        let same = matches!(
+            spec.padding,
+            PaddingSpec::SameUpper | PaddingSpec::SameLower
+        );
+        if pool && same && (length.div_ceil(stride.max(1)) - 1) * stride + field < length {
+            return Some(format!(
+                "auto_pad SAME_* asks for negative padding along spatial axis {axis} (a \
+                 window of {field} every {stride} over {length}), which ONNX's reference \
+                 applies as a crop and onnxruntime refuses or crops; give explicit pads"
+            ));
+        }
         if length + before + after < field {
             return Some(format!(
                 "its kernel spans {field} along spatial axis {axis}, more than the \
@@ -228,13 +242,13 @@ fn degenerate_window(
 /// single meaning (see [`degenerate_window`]).
 pub(crate) fn refuse_degenerate_windows(model: &TypedModel) -> Result<(), OnnxError> {
     for node in model.nodes() {
-        let (kind, spec, empty_window_matters) = if let Some(pool) = node.op_as::<MaxPool>() {
-            ("MaxPool", &pool.pool_spec, true)
+        let (kind, spec, pool, empty_window_matters) = if let Some(pool) = node.op_as::<MaxPool>() {
+            ("MaxPool", &pool.pool_spec, true, true)
         } else if let Some(pool) = node.op_as::<SumPool>() {
             let mean_of_present = pool.normalize && !pool.count_include_pad;
-            ("AveragePool", &pool.pool_spec, mean_of_present)
+            ("AveragePool", &pool.pool_spec, true, mean_of_present)
         } else if let Some(conv) = node.op_as::<Conv>() {
-            ("Conv", &conv.pool_spec, false)
+            ("Conv", &conv.pool_spec, false, false)
         } else {
             continue;
         };
@@ -244,7 +258,9 @@ pub(crate) fn refuse_degenerate_windows(model: &TypedModel) -> Result<(), OnnxEr
         let Ok(fact) = model.outlet_fact(input) else {
             continue;
         };
-        if let Some(why) = degenerate_window(spec, &fact.shape.to_tvec(), empty_window_matters) {
+        if let Some(why) =
+            degenerate_window(spec, &fact.shape.to_tvec(), pool, empty_window_matters)
+        {
             return Err(OnnxError::Tract {
                 stage: Stage::Declutter,
                 node: Some(node.name.clone()),
