@@ -126,43 +126,111 @@ fn bundle_op(op: &OpInfo) -> Op {
     }
 }
 
+/// A step whose kernel scratch, even at its smallest blocking, does not
+/// fit under the arena's bound of model tensors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScratchAboveBound {
+    /// The step.
+    pub step: usize,
+    /// Its operator's name.
+    pub op: String,
+    /// Bytes of scratch (all threads) beyond what is free at that step.
+    pub bytes: u64,
+}
+
+/// Bytes free at each step under the lower bound of the model's own
+/// tensors (no scratch yet), on the recorded order.
+fn free_under_bound(graph: &ModelGraph) -> Vec<u64> {
+    let (problem, _) = graph.problem(crate::options::DEFAULT_ALIGN);
+    let mut live = vec![0u64; graph.ops.len() + 1];
+    for b in &problem.buffers {
+        let (start, end) = (b.lifetime.start as usize, b.lifetime.end as usize);
+        for step in live.iter_mut().take(end.min(graph.ops.len())).skip(start) {
+            *step = step.saturating_add(b.size);
+        }
+    }
+    let bound = live.iter().copied().max().unwrap_or(0);
+    live.iter().map(|&l| bound - l).collect()
+}
+
 /// Plans kernel scratch (packing buffers of convolutions and matrix
 /// products) for `threads` threads into the arena: asks the runtime how
 /// many floats each step's kernel needs and adds a scratch tensor
-/// ([`ModelGraph::add_scratch`]) for every step that needs some. Run it
-/// before [`ModelGraph::problem`]; `stow verify` runs it again on the
-/// model to line its tensors up with a bundle's.
-pub fn plan_scratch(graph: &mut ModelGraph, threads: u32) -> Result<(), ContentsError> {
+/// ([`ModelGraph::add_scratch`]) for every step that needs some.
+///
+/// Scratch does not raise the arena above the model's own bound: a step
+/// whose usual scratch does not fit in the bytes free at that step gets a
+/// budget ([`stow_runtime::kernels::SCRATCH_BUDGET_ATTR`]) and its kernel
+/// packs smaller blocks (on the stack when the budget is below its
+/// smallest blocking). Steps whose kernel cannot shrink its scratch that
+/// far are returned, with the bytes they add.
+///
+/// Run it before [`ModelGraph::problem`]; `stow verify` runs it again on
+/// the model to line its tensors up with a bundle's.
+pub fn plan_scratch(
+    graph: &mut ModelGraph,
+    threads: u32,
+) -> Result<Vec<ScratchAboveBound>, ContentsError> {
+    let free = free_under_bound(graph);
+    let mut above = Vec::new();
     for step in 0..graph.ops.len() {
-        let op = &graph.ops[step];
-        let operands = |ids: &[usize]| -> Result<Vec<(DType, Vec<u64>)>, ContentsError> {
-            ids.iter()
-                .map(|&id| {
-                    let t = graph
-                        .tensors
-                        .get(id)
-                        .ok_or_else(|| ContentsError::UnknownTensor {
-                            step,
-                            op: op.name.clone(),
-                            tensor: id,
-                        })?;
-                    Ok((tensor_dtype(t)?, t.shape.clone()))
-                })
-                .collect()
+        let floats = |graph: &ModelGraph| -> Result<usize, ContentsError> {
+            let op = &graph.ops[step];
+            let operands =
+                |ids: &[usize]| -> Result<Vec<(DType, Vec<u64>)>, ContentsError> {
+                    ids.iter()
+                        .map(|&id| {
+                            let t = graph.tensors.get(id).ok_or_else(|| {
+                                ContentsError::UnknownTensor {
+                                    step,
+                                    op: op.name.clone(),
+                                    tensor: id,
+                                }
+                            })?;
+                            Ok((tensor_dtype(t)?, t.shape.clone()))
+                        })
+                        .collect()
+                };
+            Ok(stow_runtime::kernels::scratch_floats(
+                &bundle_op(op),
+                &operands(&op.inputs)?,
+                &operands(&op.outputs)?,
+            ))
         };
-        let floats = stow_runtime::kernels::scratch_floats(
-            &bundle_op(op),
-            &operands(&op.inputs)?,
-            &operands(&op.outputs)?,
-        );
-        if floats > 0 {
-            let op = op.name.clone();
-            graph
-                .add_scratch(step, floats as u64, threads)
-                .ok_or(ContentsError::ScratchTooLarge { step, op })?;
+        let mut wanted = floats(graph)?;
+        if wanted == 0 {
+            continue;
         }
+        let align = crate::options::DEFAULT_ALIGN;
+        let threads64 = u64::from(threads.max(1));
+        let room = free.get(step).copied().unwrap_or(0) / align * align;
+        let budget = room / (4 * threads64);
+        if wanted as u64 > budget {
+            let op = &mut graph.ops[step];
+            op.attributes.push((
+                stow_runtime::kernels::SCRATCH_BUDGET_ATTR.into(),
+                stow_onnx::Attr::Int(i64::try_from(budget).unwrap_or(i64::MAX)),
+            ));
+            op.attributes.sort_by(|a, b| a.0.cmp(&b.0));
+            wanted = floats(graph)?;
+            if wanted == 0 {
+                continue;
+            }
+            let bytes = (wanted as u64 * 4 * threads64).div_ceil(align) * align;
+            if bytes > room {
+                above.push(ScratchAboveBound {
+                    step,
+                    op: graph.ops[step].name.clone(),
+                    bytes: bytes - room,
+                });
+            }
+        }
+        let op = graph.ops[step].name.clone();
+        graph
+            .add_scratch(step, wanted as u64, threads)
+            .ok_or(ContentsError::ScratchTooLarge { step, op })?;
     }
-    Ok(())
+    Ok(above)
 }
 
 /// Bundle contents and, per tensor, its weight bytes (empty for arena

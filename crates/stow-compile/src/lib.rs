@@ -41,7 +41,9 @@ mod pipeline;
 mod report;
 
 pub use compare::{compare, Comparison, Outcome};
-pub use contents::{bundle_contents, dtype_of, plan_scratch, ContentsError, PlannedModel};
+pub use contents::{
+    bundle_contents, dtype_of, plan_scratch, ContentsError, PlannedModel, ScratchAboveBound,
+};
 pub use error::CompileError;
 pub use options::{CompileOptions, DEFAULT_ALIGN, DEFAULT_MAX_ARENA, DEFAULT_THREADS};
 pub use pipeline::{compile, Compiled};

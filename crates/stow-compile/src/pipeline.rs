@@ -112,12 +112,14 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         path: path(),
         source,
     })?;
-    if options.threads > 0 {
+    let scratch_above_bound = if options.threads > 0 {
         plan_scratch(&mut graph, options.threads).map_err(|source| CompileError::Scratch {
             path: path(),
             source,
-        })?;
-    }
+        })?
+    } else {
+        Vec::new()
+    };
     let limit = options.max_arena;
     if let Some(t) = graph
         .tensors
@@ -190,6 +192,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         naive_bytes: naive.arena_bytes,
         bundle_bytes: bytes.len() as u64,
         comparison,
+        scratch_above_bound,
         compile_time: started.elapsed(),
     });
     Ok(Compiled {

@@ -1,6 +1,7 @@
 //! What a compile produced, in numbers: [`Report`].
 
 use crate::compare::Comparison;
+use crate::contents::ScratchAboveBound;
 use std::time::Duration;
 use stow_onnx::{Alias, ExecutionOrder, ModelGraph};
 use stow_plan::{Plan, Problem, Strategy};
@@ -88,6 +89,9 @@ pub struct Report {
     /// Every strategy's result, best first, when
     /// [`CompileOptions::compare`](crate::CompileOptions::compare) was set.
     pub comparison: Option<Vec<Comparison>>,
+    /// Steps whose kernel scratch, even at its smallest blocking, raises
+    /// the arena above the model tensors' bound, and by how much.
+    pub scratch_above_bound: Vec<ScratchAboveBound>,
 }
 
 /// The parts of a compile a report is made of.
@@ -100,6 +104,7 @@ pub(crate) struct ReportInputs<'a> {
     pub naive_bytes: u64,
     pub bundle_bytes: u64,
     pub comparison: Option<Vec<Comparison>>,
+    pub scratch_above_bound: Vec<ScratchAboveBound>,
     pub compile_time: Duration,
 }
 
@@ -122,6 +127,7 @@ impl Report {
             compile_time: r.compile_time,
             bundle_bytes: r.bundle_bytes,
             comparison: r.comparison,
+            scratch_above_bound: r.scratch_above_bound,
         }
     }
 }

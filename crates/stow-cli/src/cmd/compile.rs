@@ -172,6 +172,15 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
     );
     say!(out, "  naive          {}", human_bytes(r.naive_bytes));
     say!(out, "  arena / bound  {:.3}", r.ratio);
+    for s in &r.scratch_above_bound {
+        say!(
+            out,
+            "  scratch        step {} `{}` needs {} above the model tensors' bound, even in its smallest blocks",
+            s.step,
+            s.op,
+            human_bytes(s.bytes)
+        );
+    }
     say!(
         out,
         "  compile time   {:.3} s (planning {:.1} ms)",

@@ -49,6 +49,39 @@ pub fn scratch_elems(m: usize, n: usize, k: usize) -> usize {
     round_up(m.clamp(1, MC), MR) * kc + round_up(n.clamp(1, NC), NR) * kc
 }
 
+/// Shallowest depth block the product drops to when its scratch is short.
+const KC_MIN: usize = 16;
+
+/// Floats of the smallest blocking: one `MR`-row panel of A and one
+/// `NR`-column panel of B, `KC_MIN` deep (1,408 bytes). A product given
+/// less scratch than this packs into a buffer of this size on the stack,
+/// so a compiler short of arena may plan any scratch from none to
+/// [`scratch_elems`].
+const STACK_FLOATS: usize = (MR + NR) * KC_MIN;
+
+/// Block sizes `(mc, nc, kc)` for a product whose packing buffers must fit
+/// in `floats` (at least [`STACK_FLOATS`]): the usual ones when they fit
+/// ([`scratch_elems`]). Otherwise the depth block is the deepest that
+/// leaves room for one panel of each operand; it alone sets the order of
+/// the sums, and it depends on neither `m` nor `n`, so a thread's share of
+/// the columns sums in the same order as the whole. Then A blocks and B
+/// blocks take what room is left, B (the larger buffer) last.
+fn blocks(m: usize, n: usize, k: usize, floats: usize) -> (usize, usize, usize) {
+    let (mc, nc, kc) = (m.clamp(1, MC), n.clamp(1, NC), k.clamp(1, KC));
+    let need = |mc: usize, nc: usize, kc: usize| (round_up(mc, MR) + round_up(nc, NR)) * kc;
+    if need(mc, nc, kc) <= floats {
+        return (mc, nc, kc);
+    }
+    let mut kc = kc;
+    while kc > KC_MIN && (MR + NR) * kc > floats {
+        kc = (kc / 2).max(KC_MIN);
+    }
+    let panels = (floats / kc).max(MR + NR);
+    let mc = mc.min((panels - NR) / MR * MR).max(1);
+    let nc = nc.min((panels - round_up(mc, MR)) / NR * NR).max(1);
+    (mc, nc, kc)
+}
+
 /// A left operand that can copy a block of itself into panels.
 pub trait PackA {
     /// Writes rows `i0..i0 + mc` and depths `p0..p0 + kc` as panels of
@@ -187,17 +220,30 @@ pub fn gemm_cols(
     if m == 0 || k == 0 || cols.start >= end {
         return;
     }
-    let kc_max = k.min(KC);
-    let a_len = round_up(m.min(MC), MR) * kc_max;
+    // The blocking follows the scratch the compiler planned, which may be
+    // less than `scratch_elems` where the arena had no more room, down to
+    // none: then the smallest blocks pack on the stack.
+    let on_stack: [Cell<f32>; STACK_FLOATS] = std::array::from_fn(|_| Cell::new(0.0));
+    let scratch = if scratch.len() < (MR + NR) * k.clamp(1, KC_MIN) {
+        &on_stack[..]
+    } else {
+        scratch
+    };
+    let (mc_block, nc_block, kc_block) = blocks(m, end - cols.start, k, scratch.len());
+    let a_len = round_up(mc_block, MR) * kc_block;
+    if a_len + round_up(nc_block, NR) * kc_block > scratch.len() {
+        debug_assert!(false, "blocks() chose blocks larger than the scratch");
+        return;
+    }
     let (apack, bpack) = scratch.split_at(a_len);
     let fma = fma_available();
-    for j0 in (cols.start..end).step_by(NC) {
-        let nc = NC.min(end - j0);
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
+    for j0 in (cols.start..end).step_by(nc_block) {
+        let nc = nc_block.min(end - j0);
+        for p0 in (0..k).step_by(kc_block) {
+            let kc = kc_block.min(k - p0);
             b.pack(p0, kc, j0, nc, bpack);
-            for i0 in (0..m).step_by(MC) {
-                let mc = MC.min(m - i0);
+            for i0 in (0..m).step_by(mc_block) {
+                let mc = mc_block.min(m - i0);
                 a.pack(i0, mc, p0, kc, apack);
                 for (bp, c0) in (0..nc).step_by(NR).enumerate() {
                     let bpanel = &bpack[bp * kc * NR..(bp + 1) * kc * NR];
@@ -285,17 +331,41 @@ mod tests {
     #[test]
     fn matches_the_naive_product_across_block_edges() {
         // Sizes straddle MR, NR, KC, MC and NC boundaries.
-        for &(m, n, k) in &[
+        let sizes = [
             (1, 1, 1),
             (7, 17, 3),
             (73, 33, 257),
             (6, 1025, 20),
             (150, 40, 600),
-        ] {
+        ];
+        for &(m, n, k) in &sizes {
+            check_product(m, n, k, scratch_elems(m, n, k));
+        }
+    }
+
+    /// Short scratch (what the compiler plans where the arena has no
+    /// more room), down to none, gives smaller blocks and the same
+    /// product.
+    #[test]
+    fn short_scratch_gives_the_same_product() {
+        for &(m, n, k) in &[(73, 33, 257), (6, 1025, 20), (150, 40, 600), (5, 300, 40)] {
+            let full = scratch_elems(m, n, k);
+            for floats in [0, 100, STACK_FLOATS, STACK_FLOATS + 7, full / 2, full - 1] {
+                if floats >= STACK_FLOATS {
+                    let (mc, nc, kc) = blocks(m, n, k, floats);
+                    assert!((round_up(mc, MR) + round_up(nc, NR)) * kc <= floats);
+                }
+                check_product(m, n, k, floats);
+            }
+        }
+    }
+
+    fn check_product(m: usize, n: usize, k: usize, scratch_floats: usize) {
+        {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32) - 5.0).collect();
             let mut c = vec![0f32; m * n];
-            let mut scratch = vec![0f32; scratch_elems(m, n, k)];
+            let mut scratch = vec![0f32; scratch_floats];
             let cells = Cell::from_mut(c.as_mut_slice()).as_slice_of_cells();
             let sa = Strided {
                 data: a.as_slice(),
@@ -324,7 +394,7 @@ mod tests {
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
             gemm(m, n, k, &sa, &sb, &dst, s);
             let want = naive(m, n, k, &a, &b);
-            assert_eq!(c, want, "{m}x{n}x{k}");
+            assert_eq!(c, want, "{m}x{n}x{k}, {scratch_floats} floats of scratch");
         }
     }
 }

@@ -31,7 +31,9 @@ pub mod sample;
 mod prepare;
 mod run;
 
-pub use prepare::{operand, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR};
+pub use prepare::{
+    operand, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
+};
 pub use run::{run_part, splits, Failure, Views};
 
 use elementwise::Unary;

@@ -188,6 +188,23 @@ pub fn scratch_floats(
 /// into the arena; the step's last output is then that scratch tensor.
 pub const SCRATCH_ATTR: &str = "stow.scratch";
 
+/// The attribute capping a product's or convolution's scratch (floats per
+/// thread) where the arena has less room than its usual blocking needs:
+/// the kernel then packs smaller blocks.
+pub const SCRATCH_BUDGET_ATTR: &str = "stow.scratch_budget";
+
+/// The scratch `op`'s product kernel takes: `usual`, or less (down to
+/// none: it then packs small blocks on the stack) where the compiler set
+/// a [`SCRATCH_BUDGET_ATTR`].
+fn budgeted(op: &Op, usual: usize) -> usize {
+    match attr(op, SCRATCH_BUDGET_ATTR) {
+        Some(AttrValue::Int(budget)) if *budget >= 0 => {
+            usual.min(usize::try_from(*budget).unwrap_or(usize::MAX))
+        }
+        _ => usual,
+    }
+}
+
 /// Threads' worth of scratch planned for `op` (0 when none).
 pub fn planned_scratch_threads(op: &Op) -> usize {
     match attr(op, SCRATCH_ATTR) {
@@ -1163,7 +1180,8 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     if deconv {
         return Ok((Kernel::Deconv(s), 0));
     }
-    Ok((Kernel::Conv(s), s.scratch_elems()))
+    let scratch = budgeted(op, s.scratch_elems());
+    Ok((Kernel::Conv(s), scratch))
 }
 
 /// An EinSum that is not a product of two f32 matrices.
@@ -1267,7 +1285,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     let scratch = if mm == 1 {
         0
     } else {
-        gemm::scratch_elems(mm, nn, kk)
+        budgeted(op, gemm::scratch_elems(mm, nn, kk))
     };
     Ok((Kernel::MatMul(mm_), scratch))
 }
