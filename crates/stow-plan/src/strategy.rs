@@ -186,6 +186,11 @@ pub struct PlanOptions {
     pub search: SearchOptions,
     /// Most re-ordering rounds of `peak-suppression`.
     pub peak_rounds: u32,
+    /// Threads `search` runs its portfolio of preorders on (`None`: one
+    /// per core). For a given problem, options and thread count the plan
+    /// is the same on every run unless the time limit cuts the search
+    /// short; only the node limit decides which preorder's layout is used.
+    pub threads: Option<usize>,
 }
 
 impl Default for PlanOptions {
@@ -197,6 +202,7 @@ impl Default for PlanOptions {
             node_limit: None,
             search: SearchOptions::ALL_ON,
             peak_rounds: 32,
+            threads: None,
         }
     }
 }

@@ -47,7 +47,7 @@ use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
 use dfs::{Dfs, Outcome};
 use std::cmp::Reverse;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -90,6 +90,13 @@ pub(crate) fn run(
     let mut reached = 0u64; // Highest final part height so far.
     let mut proven_top = true; // Is the part that sets the height proven?
     let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
+    let run = Run {
+        deadline,
+        threads: options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        anytime: options.capacity.is_none(),
+    };
     for (_, k) in order {
         let part = &parts[k];
         let h = part_height(&offsets, part);
@@ -98,7 +105,7 @@ pub(crate) fn run(
         if h > goal && part.len() <= MAX_PART && !stats.limit_hit {
             let mut dfs = build(problem, part, flags);
             let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
-            let (best, ended) = minimize(&mut dfs, seed, h, goal, deadline, &mut nodes_left);
+            let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
             stats.nodes += dfs.nodes;
             stats.backtracks += dfs.backtracks;
             stats.limit_hit |= ended == Ended::Limit;
@@ -199,24 +206,28 @@ enum Ended {
 /// at most `goal`. Returns the best layout and how the search ended.
 ///
 /// Each round tries the bottom cap (the larger of the goal and the proven
-/// bound), then, for an anytime improvement, the cap halfway up to the
-/// incumbent, and doubles the node limit when both run out.
+/// bound), then, when `anytime` (minimising; with a capacity as the goal a
+/// layout above it is worth nothing), the cap halfway up to the incumbent
+/// with a quarter of the nodes, and doubles the node limit when both run
+/// out. The bottom cap gets most of the work because the optimum is
+/// usually at the bound, and a tight cap prunes hardest.
 fn minimize(
     dfs: &mut Dfs,
     seed: Vec<u64>,
     mut hi: u64,
     goal: u64,
-    deadline: Instant,
+    run: &Run,
     nodes_left: &mut u64,
 ) -> (Vec<u64>, Ended) {
     let mut best = seed;
     let mut lo = dfs.lower_bound();
     let mut limit = (4 * dfs.size.len() as u64).max(256);
+    let deadline = run.deadline;
     if goal > lo && hi > goal {
         // A tight cap prunes hardest, so a layout at the bound is often
         // found faster than one merely within a looser goal: try it first,
         // briefly.
-        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left) {
+        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left, run.threads) {
             return (layout, Ended::Proven);
         }
     }
@@ -232,17 +243,18 @@ fn minimize(
                 return (best, Ended::Limit);
             }
             let bottom = lo.max(goal);
-            let cap = if step == 0 {
-                bottom
+            let (cap, nodes) = if step == 0 {
+                (bottom, limit)
             } else {
-                bottom + (hi - bottom) / 2
+                (bottom + (hi - bottom) / 2, (limit / 4).max(256))
             };
-            if step == 1 && cap == bottom {
-                // No cap lies between: the bottom one needs more nodes.
+            if step == 1 && (cap == bottom || !run.anytime) {
+                // No cap lies between (or none is worth having): the
+                // bottom one needs more nodes.
                 limit = limit.saturating_mul(2);
                 break;
             }
-            match decide(dfs, cap, limit, deadline, nodes_left) {
+            match decide(dfs, cap, nodes, deadline, nodes_left, run.threads) {
                 Outcome::Found(layout) => {
                     hi = layout
                         .iter()
@@ -266,77 +278,132 @@ fn minimize(
     }
 }
 
+/// What every decision of one search run shares.
+struct Run {
+    deadline: Instant,
+    threads: usize,
+    /// Is a layout above the goal still worth having (no capacity given)?
+    anytime: bool,
+}
+
 /// Parts smaller than this decide on one thread: spawning costs more than
 /// their searches.
 const PARALLEL_PART: usize = 24;
 
-/// One decision, trying each preorder in turn under `limit` nodes. Parts of
-/// some size split the preorders among as many threads as there are cores;
-/// the first thread to find a layout or prove there is none stops the rest.
-fn decide(dfs: &mut Dfs, cap: u64, limit: u64, deadline: Instant, nodes_left: &mut u64) -> Outcome {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(HEURISTICS.len());
+/// One decision: a portfolio of searches in different preorders, each
+/// under `limit` nodes, on up to `threads` threads (preorder `k` on thread
+/// `k mod threads`).
+///
+/// The answer is that of the lowest-numbered preorder that settles the
+/// decision (a layout, or an exhausted tree) within the limit. A run stops
+/// as soon as a lower-numbered one has settled, since its answer can no
+/// longer be used, but runs below the settled one go on to their own
+/// limit. So the answer depends on the node limit, never on which thread
+/// was faster: the same input and limit give the same layout on any number
+/// of threads (unless the deadline cuts a run short).
+fn decide(
+    dfs: &mut Dfs,
+    cap: u64,
+    limit: u64,
+    deadline: Instant,
+    nodes_left: &mut u64,
+    threads: usize,
+) -> Outcome {
+    let per_run = limit.min(*nodes_left);
+    let workers = threads.clamp(1, HEURISTICS.len());
     if workers <= 1 || dfs.size.len() < PARALLEL_PART {
-        let mut outcome = Outcome::Limit;
         for h in HEURISTICS {
             dfs.set_preorder(h);
-            let before = dfs.nodes;
-            outcome = dfs.decide(cap, limit.min(*nodes_left), deadline);
+            let (before, t) = (dfs.nodes, Instant::now());
+            let outcome = dfs.decide(cap, per_run, deadline);
+            trace(dfs, h, cap, per_run, &outcome, dfs.nodes - before, t);
             *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
-            if !matches!(outcome, Outcome::Limit) || *nodes_left == 0 {
-                break;
+            if !matches!(outcome, Outcome::Limit) {
+                return outcome;
             }
         }
-        return outcome;
+        return Outcome::Limit;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let per_run = limit.min(*nodes_left);
-    let results: Vec<(Outcome, u64, u64)> = std::thread::scope(|scope| {
+    let settled = Arc::new(AtomicUsize::new(usize::MAX));
+    // Per thread: the settled runs (preorder index, answer), nodes, backtracks.
+    type Report = (Vec<(usize, Outcome)>, u64, u64);
+    let results: Vec<Report> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let mut mine = dfs.clone();
-                mine.stop = Some(Arc::clone(&stop));
-                let stop = Arc::clone(&stop);
+                let settled = Arc::clone(&settled);
                 scope.spawn(move || {
                     let (nodes, backtracks) = (mine.nodes, mine.backtracks);
-                    let mut outcome = Outcome::Limit;
-                    for &h in HEURISTICS.iter().skip(w).step_by(workers) {
-                        if stop.load(Ordering::Relaxed) {
+                    let mut answers = Vec::new();
+                    for k in (w..HEURISTICS.len()).step_by(workers) {
+                        if settled.load(Ordering::Relaxed) < k {
                             break;
                         }
+                        let h = HEURISTICS[k];
+                        mine.stop = Some((Arc::clone(&settled), k));
                         mine.set_preorder(h);
-                        outcome = mine.decide(cap, per_run, deadline);
+                        let (before, t) = (mine.nodes, Instant::now());
+                        let outcome = mine.decide(cap, per_run, deadline);
+                        trace(&mine, h, cap, per_run, &outcome, mine.nodes - before, t);
                         if !matches!(outcome, Outcome::Limit) {
-                            stop.store(true, Ordering::Relaxed);
+                            settled.fetch_min(k, Ordering::Relaxed);
+                            answers.push((k, outcome));
                             break;
                         }
                     }
-                    (outcome, mine.nodes - nodes, mine.backtracks - backtracks)
+                    (answers, mine.nodes - nodes, mine.backtracks - backtracks)
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or((Outcome::Limit, 0, 0)))
+            .map(|h| h.join().unwrap_or((Vec::new(), 0, 0)))
             .collect()
     });
-    let mut outcome = Outcome::Limit;
-    for (result, nodes, backtracks) in results {
+    let mut best: Option<(usize, Outcome)> = None;
+    for (answers, nodes, backtracks) in results {
         dfs.nodes += nodes;
         dfs.backtracks += backtracks;
         *nodes_left = nodes_left.saturating_sub(nodes);
-        outcome = match (outcome, result) {
-            (Outcome::Found(layout), _) | (_, Outcome::Found(layout)) => Outcome::Found(layout),
-            // Every preorder's tree is complete: any exhausted one is a proof.
-            (Outcome::Infeasible(a), Outcome::Infeasible(b)) => Outcome::Infeasible(a.max(b)),
-            (Outcome::Infeasible(a), Outcome::Limit) | (Outcome::Limit, Outcome::Infeasible(a)) => {
-                Outcome::Infeasible(a)
+        for (k, outcome) in answers {
+            if best.as_ref().is_none_or(|(b, _)| k < *b) {
+                best = Some((k, outcome));
             }
-            (Outcome::Limit, Outcome::Limit) => Outcome::Limit,
-        };
+        }
     }
-    outcome
+    best.map_or(Outcome::Limit, |(_, o)| o)
+}
+
+/// With `STOW_PLAN_TRACE` set, one line per decision run on standard
+/// error: what it decided, how fast, how deep, and which pruning fired.
+fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes: u64, t: Instant) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var_os("STOW_PLAN_TRACE").is_some()) {
+        return;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let p = &dfs.prunes;
+    eprintln!(
+        "decide {} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} hatless {} / {}",
+        h.0,
+        dfs.size.len(),
+        match outcome {
+            Outcome::Found(_) => "found".to_string(),
+            Outcome::Infeasible(n) => format!("infeasible (next {n})"),
+            Outcome::Limit => "limit".to_string(),
+        },
+        nodes as f64 / secs.max(1e-9),
+        p.max_depth,
+        p.min_dead_depth,
+        p.dead_depth_sum as f64 / p.dead.max(1) as f64,
+        p.canonical,
+        p.dominance,
+        p.over_cap,
+        p.inference,
+        p.level,
+        p.hatless_dead,
+        p.hatless_cut,
+    );
 }
 
 /// The search data of one part (buffer `k` of the part is `part[k]`).
