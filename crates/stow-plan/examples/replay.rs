@@ -62,6 +62,7 @@ fn main() {
                 "decompose" => f.decompose = false,
                 "dynamic_ordering" => f.dynamic_ordering = false,
                 "hatless" => f.hatless = false,
+                "time_ties" => f.time_ties = false,
                 _ => {}
             }
         }

@@ -97,14 +97,38 @@ pub(crate) fn run(
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         anytime: options.capacity.is_none(),
     };
+    // Buffers of the parts still to search: each part gets a share of the
+    // time left in proportion to its size, so one part that cannot meet
+    // the goal does not starve the others (MiniMalloc E falls apart into
+    // two parts; the first one used to take the whole budget).
+    let searchable: Vec<bool> = parts
+        .iter()
+        .map(|p| p.len() <= MAX_PART && part_height(&offsets, p) > target)
+        .collect();
+    let mut weight: usize = (0..parts.len())
+        .filter(|&k| searchable[k])
+        .map(|k| parts[k].len())
+        .sum();
     for (_, k) in order {
         let part = &parts[k];
         let h = part_height(&offsets, part);
         let goal = target.max(reached);
         let mut proven = false;
-        if h > goal && part.len() <= MAX_PART && !stats.limit_hit {
+        let share = if searchable[k] {
+            let share = part.len() as f64 / weight.max(1) as f64;
+            weight = weight.saturating_sub(part.len());
+            share
+        } else {
+            0.0
+        };
+        let now = Instant::now();
+        if h > goal && part.len() <= MAX_PART && now < deadline && nodes_left > 0 {
             let mut dfs = build(problem, part, flags);
             let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
+            let run = Run {
+                deadline: now + deadline.duration_since(now).mul_f64(share.min(1.0)),
+                ..run
+            };
             let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
             stats.nodes += dfs.nodes;
             stats.backtracks += dfs.backtracks;
@@ -176,19 +200,66 @@ fn partitions(problem: &Problem, active: &[usize]) -> Vec<Vec<usize>> {
     }
 }
 
-/// A preorder: key letters compared in turn, each descending. `T`: the
-/// heaviest section the buffer is in; `W`: how many sections it spans;
-/// `A`: size × length; `L`: length; `Z`: size.
+/// One search of the portfolio: a preorder (key letters compared in turn,
+/// each descending: `T` the heaviest section the buffer is in, `W` how many
+/// sections it spans, `A` size × length, `L` length, `Z` size) and the
+/// canonical tie rule at one offset.
 #[derive(Clone, Copy)]
-pub(crate) struct Heuristic(&'static str);
+pub(crate) struct Heuristic(&'static str, Ties);
 
-const HEURISTICS: [Heuristic; 5] = [
-    Heuristic("TWA"),
-    Heuristic("WAT"),
-    Heuristic("TAW"),
-    Heuristic("WTA"),
-    Heuristic("AWT"),
+/// How buffers placed at one offset are ordered (both rules are complete).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ties {
+    /// In the preorder (MiniMalloc's rule).
+    Preorder,
+    /// Left to right in time (see [`SearchOptions::time_ties`]); candidates
+    /// tried in the preorder.
+    Time,
+    /// Left to right in time, candidates at one offset also tried left to
+    /// right (a bottom-left fill).
+    TimeLeftFirst,
+}
+
+/// The portfolio, in the order its answers are preferred. Neither tie
+/// rule wins everywhere: preorder ties place the big buffers first and
+/// solve MiniMalloc's challenging A, D and E soonest; time ties fill full
+/// sections row by row and solve B, C and some perturbed instances many
+/// times sooner, but miss A and E. So the preorder runs come first and the
+/// time runs after them with a quarter of the nodes ([`TIME_SHARE`]).
+const HEURISTICS: [Heuristic; 9] = [
+    Heuristic("TWA", Ties::Preorder),
+    Heuristic("WAT", Ties::Preorder),
+    Heuristic("TAW", Ties::Preorder),
+    Heuristic("WTA", Ties::Preorder),
+    Heuristic("AWT", Ties::Preorder),
+    Heuristic("TWA", Ties::Time),
+    Heuristic("WAT", Ties::Time),
+    Heuristic("TAW", Ties::Time),
+    Heuristic("TAW", Ties::TimeLeftFirst),
 ];
+
+/// Time-tie runs get `limit / TIME_SHARE` nodes.
+const TIME_SHARE: u64 = 8;
+
+impl Heuristic {
+    fn nodes(self, limit: u64) -> u64 {
+        if self.1 == Ties::Preorder {
+            limit
+        } else {
+            (limit / TIME_SHARE).max(1)
+        }
+    }
+}
+
+/// The searches [`decide`] runs on `dfs`: without lifetimes, or with
+/// `time_ties` off, only the preorder-tie ones.
+fn portfolio(dfs: &Dfs) -> Vec<Heuristic> {
+    let time = dfs.flags.time_ties && dfs.span.is_some();
+    HEURISTICS
+        .into_iter()
+        .filter(|h| time || h.1 == Ties::Preorder)
+        .collect()
+}
 
 /// How [`minimize`] stopped.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -279,6 +350,7 @@ fn minimize(
 }
 
 /// What every decision of one search run shares.
+#[derive(Clone, Copy)]
 struct Run {
     deadline: Instant,
     threads: usize,
@@ -310,13 +382,22 @@ fn decide(
     threads: usize,
 ) -> Outcome {
     let per_run = limit.min(*nodes_left);
-    let workers = threads.clamp(1, HEURISTICS.len());
+    let runs = portfolio(dfs);
+    let workers = threads.clamp(1, runs.len());
     if workers <= 1 || dfs.size.len() < PARALLEL_PART {
-        for h in HEURISTICS {
+        for h in runs {
             dfs.set_preorder(h);
             let (before, t) = (dfs.nodes, Instant::now());
-            let outcome = dfs.decide(cap, per_run, deadline);
-            trace(dfs, h, cap, per_run, &outcome, dfs.nodes - before, t);
+            let outcome = dfs.decide(cap, h.nodes(per_run), deadline);
+            trace(
+                dfs,
+                h,
+                cap,
+                h.nodes(per_run),
+                &outcome,
+                dfs.nodes - before,
+                t,
+            );
             *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
             if !matches!(outcome, Outcome::Limit) {
                 return outcome;
@@ -324,6 +405,7 @@ fn decide(
         }
         return Outcome::Limit;
     }
+    let runs = &runs;
     let settled = Arc::new(AtomicUsize::new(usize::MAX));
     // Per thread: the settled runs (preorder index, answer), nodes, backtracks.
     type Report = (Vec<(usize, Outcome)>, u64, u64);
@@ -335,16 +417,24 @@ fn decide(
                 scope.spawn(move || {
                     let (nodes, backtracks) = (mine.nodes, mine.backtracks);
                     let mut answers = Vec::new();
-                    for k in (w..HEURISTICS.len()).step_by(workers) {
+                    for k in (w..runs.len()).step_by(workers) {
                         if settled.load(Ordering::Relaxed) < k {
                             break;
                         }
-                        let h = HEURISTICS[k];
+                        let h = runs[k];
                         mine.stop = Some((Arc::clone(&settled), k));
                         mine.set_preorder(h);
                         let (before, t) = (mine.nodes, Instant::now());
-                        let outcome = mine.decide(cap, per_run, deadline);
-                        trace(&mine, h, cap, per_run, &outcome, mine.nodes - before, t);
+                        let outcome = mine.decide(cap, h.nodes(per_run), deadline);
+                        trace(
+                            &mine,
+                            h,
+                            cap,
+                            h.nodes(per_run),
+                            &outcome,
+                            mine.nodes - before,
+                            t,
+                        );
                         if !matches!(outcome, Outcome::Limit) {
                             settled.fetch_min(k, Ordering::Relaxed);
                             answers.push((k, outcome));
@@ -384,8 +474,13 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes
     let secs = t.elapsed().as_secs_f64();
     let p = &dfs.prunes;
     eprintln!(
-        "decide {} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} hatless {} / {}",
+        "decide {}{} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
         h.0,
+        match h.1 {
+            Ties::Preorder => "",
+            Ties::Time => "/time",
+            Ties::TimeLeftFirst => "/left",
+        },
         dfs.size.len(),
         match outcome {
             Outcome::Found(_) => "found".to_string(),
@@ -401,6 +496,7 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes
         p.over_cap,
         p.inference,
         p.level,
+        p.ties,
         p.hatless_dead,
         p.hatless_cut,
     );

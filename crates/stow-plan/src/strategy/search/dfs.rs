@@ -2,7 +2,7 @@
 //! Depth-first over canonical placements with every state change on a
 //! trail, so a failed branch is rolled back exactly.
 
-use super::{Heuristic, SearchOptions};
+use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,6 +56,13 @@ pub(super) struct Dfs {
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
     by_rank: Vec<u32>,
     rank: Vec<u32>,
+    /// Canonical tie key at one offset: the first section under lifetimes
+    /// with `time_ties`, else the preorder rank.
+    tie: Vec<u32>,
+    /// Does this run break ties in time (see `SearchOptions::time_ties`)?
+    time_ties: bool,
+    /// And does it try candidates at one offset left to right?
+    left_first: bool,
     offset: Vec<u64>,
     placed: Vec<bool>,
     min_off: Vec<u64>,
@@ -93,6 +100,8 @@ pub(super) struct Prunes {
     pub inference: u64,
     /// Candidates above the level some section's unplaced bytes allow.
     pub level: u64,
+    /// Candidates and nodes cut by time ties (a full section left empty).
+    pub ties: u64,
     pub hatless_dead: u64,
     pub hatless_cut: u64,
     pub max_depth: u32,
@@ -153,6 +162,9 @@ impl Dfs {
             keys,
             by_rank: (0..m as u32).collect(),
             rank: (0..m as u32).collect(),
+            tie: (0..m as u32).collect(),
+            time_ties: false,
+            left_first: false,
             offset: vec![0; m],
             placed: vec![false; m],
             min_off: vec![0; m],
@@ -217,6 +229,12 @@ impl Dfs {
         for (r, &i) in self.by_rank.iter().enumerate() {
             self.rank[i as usize] = r as u32;
         }
+        self.time_ties = h.1 != Ties::Preorder && self.flags.time_ties && self.span.is_some();
+        self.left_first = self.time_ties && h.1 == Ties::TimeLeftFirst;
+        self.tie = match &self.span {
+            Some(span) if self.time_ties => span.iter().map(|&(lo, _)| lo).collect(),
+            _ => self.rank.clone(),
+        };
     }
 
     /// Looks for a layout no higher than `cap`, visiting at most
@@ -241,7 +259,9 @@ impl Dfs {
         outcome
     }
 
-    fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last_rank: u32) -> Flow {
+    /// One node: `cur` is the offset of the last placement and `last` its
+    /// tie key (0 at the root of a part).
+    fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) -> Flow {
         if self.nodes >= self.node_limit
             || (self.nodes.is_multiple_of(256)
                 && (Instant::now() >= self.deadline
@@ -273,7 +293,7 @@ impl Dfs {
                     let m = self.min_off[i];
                     if hatless
                         && self.free_nbrs[i] == 0
-                        && (m < cur || (m == cur && self.rank[i] < last_rank))
+                        && (m < cur || (m == cur && self.tie[i] < last))
                     {
                         // Nothing unplaced can lift it to where canonical
                         // order would let it go.
@@ -296,12 +316,28 @@ impl Dfs {
         // Checking that here, before `place`, spares the trial placements
         // that made up most of the work on hard instances.
         let (mut lvl1, mut lvl1_of, mut lvl2) = (u64::MAX, usize::MAX, u64::MAX);
+        // With time ties, placements at one offset go left to right, so a
+        // section that must get a buffer at exactly `cur` (its level is
+        // `cur`) left of the last placement can no longer get one, and the
+        // leftmost one right of it bounds where the next buffer at `cur`
+        // may start: one starting further right would leave it empty.
+        let time_ties = self.time_ties;
+        let mut first_full = u32::MAX;
         if self.flags.section_inference && self.flags.canonical && self.flags.monotonic_floor {
             for s in range.0 as usize..range.1 as usize {
                 if self.total[s] == 0 {
                     continue;
                 }
                 let level = self.cap.saturating_sub(self.total[s]);
+                if time_ties && level == cur && first_full == u32::MAX {
+                    if (s as u32) < last {
+                        self.prunes.ties += 1;
+                        self.overflow = self.overflow.min(self.cap + 1);
+                        self.note_dead();
+                        return Flow::NotFound;
+                    }
+                    first_full = s as u32;
+                }
                 if level < lvl1 {
                     (lvl2, lvl1, lvl1_of) = (lvl1, level, s);
                 } else if level < lvl2 {
@@ -314,10 +350,16 @@ impl Dfs {
         // the rest of the search.
         let (mut canon_cut, mut dom_cut, mut level_cut) = (0, 0, 0);
         let mut lowest_cut = u64::MAX;
+        let mut tie_cut = 0;
         let dominance = self.flags.dominance;
+        let (tie, by_rank) = (&self.tie, &self.by_rank);
         cands.retain(|&(off, r)| {
-            if canonical && (off < cur || (off == cur && r < last_rank)) {
+            let key = tie[by_rank[r as usize] as usize];
+            if canonical && (off < cur || (off == cur && key < last)) {
                 canon_cut += 1;
+                false
+            } else if off == cur && key > first_full {
+                tie_cut += 1;
                 false
             } else if dominance && off >= min_height {
                 dom_cut += 1;
@@ -333,22 +375,36 @@ impl Dfs {
         self.prunes.canonical += canon_cut;
         self.prunes.dominance += dom_cut;
         self.prunes.level += level_cut;
+        self.prunes.ties += tie_cut;
+        if tie_cut > 0 {
+            // Any more room than `cap` leaves that section slack.
+            self.overflow = self.overflow.min(self.cap + 1);
+        }
         if lowest_cut != u64::MAX {
             self.overflow = self
                 .overflow
                 .min(lowest_cut.saturating_add(self.cap - lvl2));
         }
-        if self.flags.dynamic_ordering {
+        if self.flags.dynamic_ordering && self.left_first {
+            // Left to right at one offset: a candidate further right than
+            // another at the same offset forbids that one this offset.
+            let (tie, by_rank) = (&self.tie, &self.by_rank);
+            cands.sort_unstable_by_key(|&(off, r)| (off, tie[by_rank[r as usize] as usize], r));
+        } else if self.flags.dynamic_ordering {
             cands.sort_unstable();
         } else {
             cands.sort_unstable_by_key(|&(_, r)| r);
         }
         let mut cutpoints = Vec::new();
+        // A failed buffer that nothing unplaced can lift (see below).
+        let mut stranded: Option<(u64, u32)> = None;
         for (off, r) in cands {
             let i = self.by_rank[r as usize] as usize;
-            if canonical && (off < cur || (off == cur && r < last_rank)) {
-                self.prunes.canonical += 1;
-                continue;
+            if let Some((o, k)) = stranded {
+                if off > o || self.tie[i] > k {
+                    self.prunes.hatless_cut += 1;
+                    continue;
+                }
             }
             if off > lvl1
                 && !(self.total[lvl1_of] == self.size[i]
@@ -381,7 +437,7 @@ impl Dfs {
             } else if self.flags.decompose && !cutpoints.is_empty() {
                 self.split(bufs, range, &mut cutpoints)
             } else {
-                self.dfs(bufs, range, off, r)
+                self.dfs(bufs, range, off, self.tie[i])
             };
             self.depth -= 1;
             if flow == Flow::Found {
@@ -397,18 +453,23 @@ impl Dfs {
                 && self.free_nbrs[i] == 0
             {
                 // Candidates come lowest offset first, so every later one
-                // sits at or above this one's offset and would strand it:
-                // none can succeed. (In the static order a later candidate
-                // may sit lower, so the cut is only made here.)
-                self.prunes.hatless_cut += 1;
-                break;
+                // sits at or above this one's offset; placing one higher,
+                // or at the same offset with a later tie key, would strand
+                // it: none of those can succeed. (In the static order a
+                // later candidate may sit lower, so the cut is only made
+                // here.)
+                stranded = Some((off, self.tie[i]));
             }
         }
+        self.note_dead();
+        Flow::NotFound
+    }
+
+    fn note_dead(&mut self) {
         self.backtracks += 1;
         self.prunes.dead += 1;
         self.prunes.dead_depth_sum += u64::from(self.depth);
         self.prunes.min_dead_depth = self.prunes.min_dead_depth.min(self.depth);
-        Flow::NotFound
     }
 
     /// The unplaced buffers of `bufs` fall apart at `cutpoints`: solve
