@@ -2,14 +2,15 @@
 //! trace format (`id,lower,upper,size`), on standard output:
 //!
 //! ```sh
-//! cargo run --release -p stow-plan --features testing --example gen_hard -- cut challenging|uniform SEED [MIN_PIECES MAX_PIECES]
+//! cargo run --release -p stow-plan --features testing --example gen_hard -- cut challenging|uniform SEED [MIN_PIECES MAX_PIECES [DROP_PERCENT]]
 //! cargo run --release -p stow-plan --features testing --example gen_hard -- perturb FILE SEED
 //! ```
 //!
 //! `cut` cuts a 1 MiB × 1 Mi-step rectangle into pieces (see
 //! `stow_plan::testing::cut_arena`); when a piece count range is given, the
 //! seeds from SEED upwards are tried until one lands in it, and the seed
-//! used is printed in a comment. `perturb` renumbers a trace's buffers at
+//! used is printed in a comment; DROP_PERCENT (default 5, 0 for a perfect
+//! packing) is `CutProfile::drop`. `perturb` renumbers a trace's buffers at
 //! random, mirrors it in time on odd seeds, and shrinks one buffer in ten by
 //! 1,024 bytes: whatever layout fitted the original still fits.
 
@@ -23,11 +24,14 @@ fn main() {
     let usage = "usage: gen_hard cut challenging|uniform SEED [MIN MAX] | perturb FILE SEED";
     match args.first().map(String::as_str) {
         Some("cut") if args.len() >= 3 => {
-            let profile = match args[1].as_str() {
+            let mut profile = match args[1].as_str() {
                 "challenging" => CutProfile::CHALLENGING,
                 "uniform" => CutProfile::UNIFORM,
                 _ => panic!("{usage}"),
             };
+            if let Some(d) = args.get(5) {
+                profile.drop = d.parse().expect("a percentage");
+            }
             let first: u64 = args[2].parse().expect("a seed");
             let range: (usize, usize) = match (args.get(3), args.get(4)) {
                 (Some(a), Some(b)) => (a.parse().expect("a count"), b.parse().expect("a count")),
@@ -38,8 +42,9 @@ fn main() {
                 .find(|(_, p)| (range.0..=range.1).contains(&p.buffers.len()))
                 .expect("some seed fits the range");
             let comment = format!(
-                "stow-plan gen_hard cut {} {seed}: {} buffers, a 1048576 x 1048576 rectangle cut into pieces (fits 1048576 exactly)",
+                "stow-plan gen_hard cut {} {seed} (drop {} %): {} buffers, a 1048576 x 1048576 rectangle cut into pieces (fits 1048576)",
                 args[1],
+                profile.drop,
                 problem.buffers.len()
             );
             print!("{}", write_intervals(&problem, &comment));

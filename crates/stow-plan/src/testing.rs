@@ -226,6 +226,12 @@ pub struct CutProfile {
     pub merge: u64,
     /// The grid of sizes and steps.
     pub quantum: u64,
+    /// Percent of the pieces dropped at random afterwards, except those
+    /// live at one chosen step, which stays full: the bound stays
+    /// `height` and the construction still fits, with some slack elsewhere
+    /// as in A–E (filled to 89–98 % of bound × length). 0: a perfect
+    /// packing, much harder than anything in MiniMalloc's sets.
+    pub drop: u64,
 }
 
 impl CutProfile {
@@ -236,6 +242,7 @@ impl CutProfile {
         life: (8 << 10, 1 << 20),
         merge: 40,
         quantum: 1 << 10,
+        drop: 5,
     };
     /// Many mid-sized pieces, like MiniMalloc's larger benchmark instances
     /// (sizes 32–112 KiB, lifetimes 32–96 Ki steps).
@@ -244,6 +251,7 @@ impl CutProfile {
         life: (32 << 10, 96 << 10),
         merge: 40,
         quantum: 1 << 10,
+        drop: 5,
     };
 }
 
@@ -257,9 +265,9 @@ fn log_uniform(r: &mut Rng, (lo, hi): (u64, u64), quantum: u64) -> u64 {
 /// step where live pieces end, their room (merged with neighbours ended
 /// early, see [`CutProfile::merge`]) is re-cut into new pieces of random
 /// sizes and lifetimes, and every piece still live at `steps` ends there.
-/// Every step is full, so the lower bound is `height` and a layout at the
-/// bound exists (the construction's own offsets, returned second). Buffers
-/// come out in random order, alignment 1.
+/// Every step is full (before [`CutProfile::drop`]), so the lower bound is
+/// `height` and a layout at the bound exists (the construction's own
+/// offsets, returned second). Buffers come out in random order, alignment 1.
 pub fn cut_arena(seed: u64, height: u64, steps: u32, profile: CutProfile) -> (Problem, Vec<u64>) {
     let mut r = Rng::new(seed);
     let q = profile.quantum.max(1);
@@ -319,6 +327,10 @@ pub fn cut_arena(seed: u64, height: u64, steps: u32, profile: CutProfile) -> (Pr
         live = next;
     }
     done.extend(live.iter().map(|&(o, s, a, _)| (o, s, a, steps)));
+    if profile.drop > 0 {
+        let full = r.range(0, steps);
+        done.retain(|&(_, _, a, e)| (a <= full && full < e) || !r.chance(profile.drop));
+    }
     for i in (1..done.len()).rev() {
         let j = r.range(0, i as u64 + 1) as usize;
         done.swap(i, j);
