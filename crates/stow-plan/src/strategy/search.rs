@@ -80,15 +80,7 @@ pub(crate) fn run(
             .max()
             .unwrap_or(0)
     };
-    let mut order: Vec<(u64, usize)> = parts
-        .iter()
-        .enumerate()
-        .map(|(k, p)| (part_height(&offsets, p), k))
-        .collect();
-    order.sort_unstable_by_key(|&(h, k)| (Reverse(h), k));
     let mut stats = PlanStats::default();
-    let mut reached = 0u64; // Highest final part height so far.
-    let mut proven_top = true; // Is the part that sets the height proven?
     let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
     let run = Run {
         deadline,
@@ -97,55 +89,65 @@ pub(crate) fn run(
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         anytime: options.capacity.is_none(),
     };
-    // Buffers of the parts still to search: each part gets a share of the
-    // time left in proportion to its size, so one part that cannot meet
-    // the goal does not starve the others (MiniMalloc E falls apart into
-    // two parts; the first one used to take the whole budget).
-    let searchable: Vec<bool> = parts
-        .iter()
-        .map(|p| p.len() <= MAX_PART && part_height(&offsets, p) > target)
-        .collect();
-    let mut weight: usize = (0..parts.len())
-        .filter(|&k| searchable[k])
-        .map(|k| parts[k].len())
-        .sum();
-    for (_, k) in order {
-        let part = &parts[k];
-        let h = part_height(&offsets, part);
-        let goal = target.max(reached);
-        let mut proven = false;
-        let share = if searchable[k] {
-            let share = part.len() as f64 / weight.max(1) as f64;
-            weight = weight.saturating_sub(part.len());
-            share
-        } else {
-            0.0
-        };
-        let now = Instant::now();
-        if h > goal && part.len() <= MAX_PART && now < deadline && nodes_left > 0 {
-            let mut dfs = build(problem, part, flags);
-            let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
-            let run = Run {
-                deadline: now + deadline.duration_since(now).mul_f64(share.min(1.0)),
-                ..run
-            };
-            let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
-            stats.nodes += dfs.nodes;
-            stats.backtracks += dfs.backtracks;
-            stats.limit_hit |= ended == Ended::Limit;
-            proven = ended == Ended::Proven;
-            for (l, &g) in part.iter().enumerate() {
-                offsets[g] = best[l];
+    // Parts whose height is proven the least possible.
+    let mut proven = vec![false; parts.len()];
+    // Passes over the parts, tallest first. Each part searched gets a share
+    // of the time left in proportion to its size, so one part that cannot
+    // meet the goal does not starve the others (MiniMalloc E falls apart
+    // into two parts; the first one used to take the whole budget). A part
+    // stops at the height of the tallest before it, so when time is left
+    // after a pass, the next one goes back to the tallest.
+    loop {
+        let heights: Vec<u64> = parts.iter().map(|p| part_height(&offsets, p)).collect();
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_unstable_by_key(|&k| (Reverse(heights[k]), k));
+        let searchable: Vec<bool> = (0..parts.len())
+            .map(|k| !proven[k] && parts[k].len() <= MAX_PART && heights[k] > target)
+            .collect();
+        let mut weight: usize = order
+            .iter()
+            .filter(|&&k| searchable[k])
+            .map(|&k| parts[k].len())
+            .sum();
+        let mut reached = 0u64; // Highest final part height so far.
+        let mut searched = false;
+        for &k in &order {
+            let part = &parts[k];
+            let h = part_height(&offsets, part);
+            let goal = target.max(reached);
+            let now = Instant::now();
+            if searchable[k] && h > goal && now < deadline && nodes_left > 0 {
+                let share = part.len() as f64 / weight.max(1) as f64;
+                weight = weight.saturating_sub(part.len());
+                let mut dfs = build(problem, part, flags);
+                let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
+                let run = Run {
+                    deadline: now + deadline.duration_since(now).mul_f64(share.min(1.0)),
+                    ..run
+                };
+                let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
+                searched = true;
+                stats.nodes += dfs.nodes;
+                stats.backtracks += dfs.backtracks;
+                stats.limit_hit |= ended == Ended::Limit;
+                proven[k] = ended == Ended::Proven;
+                for (l, &g) in part.iter().enumerate() {
+                    offsets[g] = best[l];
+                }
             }
+            reached = reached.max(part_height(&offsets, part));
         }
-        let h = part_height(&offsets, part);
-        if h > reached {
-            reached = h;
-            proven_top = proven;
-        } else if h == reached {
-            proven_top |= proven;
+        if !searched || reached <= target || Instant::now() >= deadline || nodes_left == 0 {
+            break;
         }
     }
+    let reached = parts
+        .iter()
+        .map(|p| part_height(&offsets, p))
+        .max()
+        .unwrap_or(0);
+    let proven_top =
+        (0..parts.len()).any(|k| proven[k] && part_height(&offsets, &parts[k]) == reached);
     let arena = height(problem, &offsets);
     Attempt {
         offsets,
@@ -334,6 +336,11 @@ fn minimize(
                         .max()
                         .unwrap_or(0);
                     best = layout;
+                    if step == 1 {
+                        // The bottom cap is unchanged, and the same cap
+                        // under the same limit would give the same answer.
+                        limit = limit.saturating_mul(2);
+                    }
                     break;
                 }
                 Outcome::Infeasible(next) => {
