@@ -14,7 +14,10 @@
 //!   clique of an explicit graph). Its unplaced buffers all sit above its
 //!   floor and stack, so `floor + unplaced bytes` must fit under the cap;
 //! - **monotonic floor**: with canonical order nothing unplaced goes below
-//!   the last placed offset, which raises every floor;
+//!   the last placed offset, which raises every floor; with section
+//!   inference this also gives each section a *level* (`cap` minus its
+//!   unplaced bytes) above which nothing but its last buffer may be placed,
+//!   checked before any trial placement;
 //! - **unallocated floor**: a floor is at least the smallest min offset of
 //!   the section's unplaced buffers;
 //! - **dominance**: a candidate whose offset is at or above the top some
@@ -23,19 +26,26 @@
 //!   is found in another branch;
 //! - **decompose**: independent parts (time cuts that no buffer crosses,
 //!   components of a conflict graph) are searched one by one;
-//! - **dynamic ordering**: candidates lowest offset first.
+//! - **dynamic ordering**: candidates lowest offset first;
+//! - **time ties**: under lifetimes, some runs order placements at one
+//!   offset left to right in time instead of by preorder, which turns a
+//!   section filled exactly to the cap into a bound on where the next
+//!   buffer at that offset may start.
 //!
 //! The core is a decision procedure ([`dfs`]): is there a layout within a
 //! cap? Under lifetimes, when the placed buffers leave no unplaced buffer
 //! spanning some section boundary, the rest falls apart into sides that are
 //! solved one after the other (dynamic decomposition, part of `decompose`).
-//! Each decision run tries several static preorders in turn under a node
-//! limit that doubles when all of them run out.
+//! Each decision runs a portfolio of static preorders and tie rules on the
+//! machine's cores under one node limit, which doubles when all of them
+//! run out; the answer used is that of the lowest-numbered run that
+//! settles, so it does not depend on thread timing ([`decide`]).
 //!
 //! Minimising is a sequence of decisions between the best proven bound
 //! `lo` and the incumbent `hi` (first from a heuristic layout): the target
-//! (the lower bound, or the capacity) first; a cap that runs out of nodes
-//! is retried halfway up towards `hi`; a layout found lowers `hi`; a cap
+//! (the lower bound, or the capacity) first; when minimising, a cap that
+//! runs out of nodes is followed by one halfway up towards `hi`; a layout
+//! found lowers `hi`; a cap
 //! proven infeasible raises `lo`. The run stops when the incumbent meets
 //! the target, when `lo` meets `hi` (the incumbent is then proven optimal),
 //! or at the time or node limit.
