@@ -46,6 +46,10 @@ fn main() {
             capacity,
             ..Default::default()
         };
+        // THREADS=N fixes the search's thread count.
+        options.threads = std::env::var("THREADS")
+            .ok()
+            .map(|t| t.parse().expect("a count"));
         // SEARCH_OFF=dominance,decompose turns search techniques off.
         for name in std::env::var("SEARCH_OFF").unwrap_or_default().split(',') {
             let f = &mut options.search;
@@ -58,6 +62,7 @@ fn main() {
                 "decompose" => f.decompose = false,
                 "dynamic_ordering" => f.dynamic_ordering = false,
                 "hatless" => f.hatless = false,
+                "time_ties" => f.time_ties = false,
                 _ => {}
             }
         }

@@ -120,6 +120,15 @@ pub struct SearchOptions {
     /// placement fails, so do its siblings (MiniMalloc's "hatless" pruning,
     /// generalised).
     pub hatless: bool,
+    /// With canonical placements under lifetimes: buffers placed at one
+    /// offset go left to right in time (two buffers at one offset never
+    /// share a step, so this orders them as well as the preorder does).
+    /// A section that must get a buffer at exactly the current offset (its
+    /// unplaced bytes fill it up to the cap) then bounds where the next
+    /// buffer at that offset may start, and one left behind is a dead end.
+    /// Perfect or near-perfect packings are filled row by row instead of
+    /// in preorder, which finds dead ends at once.
+    pub time_ties: bool,
 }
 
 impl SearchOptions {
@@ -133,6 +142,7 @@ impl SearchOptions {
         decompose: true,
         dynamic_ordering: true,
         hatless: true,
+        time_ties: true,
     };
 
     /// Every technique off: plain exhaustive branch and bound.
@@ -145,11 +155,12 @@ impl SearchOptions {
         decompose: false,
         dynamic_ordering: false,
         hatless: false,
+        time_ties: false,
     };
 
-    /// All 256 combinations of the switches.
+    /// All 512 combinations of the switches.
     pub fn combinations() -> impl Iterator<Item = SearchOptions> {
-        (0u32..256).map(|m| SearchOptions {
+        (0u32..512).map(|m| SearchOptions {
             canonical: m & 1 != 0,
             section_inference: m & 2 != 0,
             monotonic_floor: m & 4 != 0,
@@ -158,6 +169,7 @@ impl SearchOptions {
             decompose: m & 32 != 0,
             dynamic_ordering: m & 64 != 0,
             hatless: m & 128 != 0,
+            time_ties: m & 256 != 0,
         })
     }
 }
@@ -186,6 +198,11 @@ pub struct PlanOptions {
     pub search: SearchOptions,
     /// Most re-ordering rounds of `peak-suppression`.
     pub peak_rounds: u32,
+    /// Threads `search` runs its portfolio of preorders on (`None`: one
+    /// per core). For a given problem, options and thread count the plan
+    /// is the same on every run unless the time limit cuts the search
+    /// short; only the node limit decides which preorder's layout is used.
+    pub threads: Option<usize>,
 }
 
 impl Default for PlanOptions {
@@ -197,6 +214,7 @@ impl Default for PlanOptions {
             node_limit: None,
             search: SearchOptions::ALL_ON,
             peak_rounds: 32,
+            threads: None,
         }
     }
 }

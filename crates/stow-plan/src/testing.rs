@@ -208,3 +208,153 @@ pub fn parse_intervals(text: &str) -> Result<Problem, usize> {
     }
     Ok(Problem::new(buffers, ConflictModel::Lifetimes))
 }
+
+/// Size and lifetime ranges of [`cut_arena`]'s pieces. Both are drawn
+/// log-uniform and rounded to multiples of `quantum` (bytes and steps), as
+/// in MiniMalloc's benchmark instances, where every size and every time is a
+/// multiple of 1,024.
+#[derive(Clone, Copy, Debug)]
+pub struct CutProfile {
+    /// Smallest and largest piece size in bytes.
+    pub size: (u64, u64),
+    /// Shortest and longest lifetime in steps.
+    pub life: (u64, u64),
+    /// Percent chance that a piece ending at a step also ends its
+    /// neighbours that are still live, so the freed room is re-cut across
+    /// their old boundaries (without it the packing is all guillotine cuts,
+    /// which a search solves easily).
+    pub merge: u64,
+    /// The grid of sizes and steps.
+    pub quantum: u64,
+    /// Percent of the pieces dropped at random afterwards, except those
+    /// live at one chosen step, which stays full: the bound stays
+    /// `height` and the construction still fits, with some slack elsewhere
+    /// as in A–E (filled to 89–98 % of bound × length). 0: a perfect
+    /// packing, much harder than anything in MiniMalloc's sets.
+    pub drop: u64,
+}
+
+impl CutProfile {
+    /// Like MiniMalloc's challenging instances A–E: sizes 4 KiB to
+    /// 640 KiB, lifetimes 8 Ki to 1 Mi steps.
+    pub const CHALLENGING: CutProfile = CutProfile {
+        size: (4 << 10, 640 << 10),
+        life: (8 << 10, 1 << 20),
+        merge: 40,
+        quantum: 1 << 10,
+        drop: 5,
+    };
+    /// Many mid-sized pieces, like MiniMalloc's larger benchmark instances
+    /// (sizes 32–112 KiB, lifetimes 32–96 Ki steps).
+    pub const UNIFORM: CutProfile = CutProfile {
+        size: (32 << 10, 112 << 10),
+        life: (32 << 10, 96 << 10),
+        merge: 40,
+        quantum: 1 << 10,
+        drop: 5,
+    };
+}
+
+fn log_uniform(r: &mut Rng, (lo, hi): (u64, u64), quantum: u64) -> u64 {
+    let (a, b) = ((lo.max(1) as f64).ln(), (hi.max(lo).max(1) as f64).ln());
+    let x = (a + (b - a) * (r.next_u64() >> 11) as f64 / (1u64 << 53) as f64).exp();
+    ((x as u64) / quantum).max(1) * quantum
+}
+
+/// A full `height` × `steps` rectangle cut into pieces along time: at each
+/// step where live pieces end, their room (merged with neighbours ended
+/// early, see [`CutProfile::merge`]) is re-cut into new pieces of random
+/// sizes and lifetimes, and every piece still live at `steps` ends there.
+/// Every step is full (before [`CutProfile::drop`]), so the lower bound is
+/// `height` and a layout at the bound exists (the construction's own
+/// offsets, returned second). Buffers come out in random order, alignment 1.
+pub fn cut_arena(seed: u64, height: u64, steps: u32, profile: CutProfile) -> (Problem, Vec<u64>) {
+    let mut r = Rng::new(seed);
+    let q = profile.quantum.max(1);
+    let steps = u64::from(steps);
+    // Live pieces in offset order: (offset, size, start, planned end).
+    let mut live: Vec<(u64, u64, u64, u64)> = Vec::new();
+    let mut done: Vec<(u64, u64, u64, u64)> = Vec::new();
+    let recut = |r: &mut Rng, live: &mut Vec<(u64, u64, u64, u64)>, lo: u64, hi: u64, at: u64| {
+        let mut o = lo;
+        while o < hi {
+            let mut s = log_uniform(r, profile.size, q).min(hi - o);
+            if hi - o - s < profile.size.0 {
+                s = hi - o; // Never leave a sliver smaller than the smallest piece.
+            }
+            let end = (at + log_uniform(r, profile.life, q)).min(steps);
+            live.push((o, s, at, end));
+            o += s;
+        }
+    };
+    recut(&mut r, &mut live, 0, height, 0);
+    live.sort_unstable();
+    while let Some(t) = live.iter().map(|p| p.3).min() {
+        if t >= steps {
+            break;
+        }
+        // Runs of adjacent pieces to end at `t`: those planned to, widened
+        // now and then by a neighbour cut short.
+        let mut ending: Vec<bool> = live.iter().map(|p| p.3 == t).collect();
+        for k in 0..live.len() {
+            if ending[k] {
+                for n in [k.wrapping_sub(1), k + 1] {
+                    if n < live.len() && !ending[n] && live[n].2 < t && r.chance(profile.merge) {
+                        ending[n] = true;
+                    }
+                }
+            }
+        }
+        let mut next = Vec::with_capacity(live.len());
+        let mut k = 0;
+        while k < live.len() {
+            if !ending[k] {
+                next.push(live[k]);
+                k += 1;
+                continue;
+            }
+            let lo = live[k].0;
+            let mut hi = lo;
+            while k < live.len() && ending[k] {
+                let (o, s, a, _) = live[k];
+                done.push((o, s, a, t));
+                hi = o + s;
+                k += 1;
+            }
+            recut(&mut r, &mut next, lo, hi, t);
+        }
+        next.sort_unstable();
+        live = next;
+    }
+    done.extend(live.iter().map(|&(o, s, a, _)| (o, s, a, steps)));
+    if profile.drop > 0 {
+        let full = r.range(0, steps);
+        done.retain(|&(_, _, a, e)| (a <= full && full < e) || !r.chance(profile.drop));
+    }
+    for i in (1..done.len()).rev() {
+        let j = r.range(0, i as u64 + 1) as usize;
+        done.swap(i, j);
+    }
+    let offsets = done.iter().map(|p| p.0).collect();
+    let buffers = done
+        .iter()
+        .map(|&(_, s, a, e)| Buffer::new(s, a as u32, e as u32, 1))
+        .collect();
+    (Problem::new(buffers, ConflictModel::Lifetimes), offsets)
+}
+
+/// Writes a problem in the interval trace format [`parse_intervals`] reads,
+/// with `comment` (`#` lines) after the header.
+pub fn write_intervals(problem: &Problem, comment: &str) -> String {
+    let mut out = String::from("id,lower,upper,size\n");
+    for line in comment.lines() {
+        out.push_str(&format!("# {line}\n"));
+    }
+    for (i, b) in problem.buffers.iter().enumerate() {
+        out.push_str(&format!(
+            "{i},{},{},{}\n",
+            b.lifetime.start, b.lifetime.end, b.size
+        ));
+    }
+    out
+}

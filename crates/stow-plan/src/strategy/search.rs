@@ -14,7 +14,10 @@
 //!   clique of an explicit graph). Its unplaced buffers all sit above its
 //!   floor and stack, so `floor + unplaced bytes` must fit under the cap;
 //! - **monotonic floor**: with canonical order nothing unplaced goes below
-//!   the last placed offset, which raises every floor;
+//!   the last placed offset, which raises every floor; with section
+//!   inference this also gives each section a *level* (`cap` minus its
+//!   unplaced bytes) above which nothing but its last buffer may be placed,
+//!   checked before any trial placement;
 //! - **unallocated floor**: a floor is at least the smallest min offset of
 //!   the section's unplaced buffers;
 //! - **dominance**: a candidate whose offset is at or above the top some
@@ -23,19 +26,26 @@
 //!   is found in another branch;
 //! - **decompose**: independent parts (time cuts that no buffer crosses,
 //!   components of a conflict graph) are searched one by one;
-//! - **dynamic ordering**: candidates lowest offset first.
+//! - **dynamic ordering**: candidates lowest offset first;
+//! - **time ties**: under lifetimes, some runs order placements at one
+//!   offset left to right in time instead of by preorder, which turns a
+//!   section filled exactly to the cap into a bound on where the next
+//!   buffer at that offset may start.
 //!
 //! The core is a decision procedure ([`dfs`]): is there a layout within a
 //! cap? Under lifetimes, when the placed buffers leave no unplaced buffer
 //! spanning some section boundary, the rest falls apart into sides that are
 //! solved one after the other (dynamic decomposition, part of `decompose`).
-//! Each decision run tries several static preorders in turn under a node
-//! limit that doubles when all of them run out.
+//! Each decision runs a portfolio of static preorders and tie rules on the
+//! machine's cores under one node limit, which doubles when all of them
+//! run out; the answer used is that of the lowest-numbered run that
+//! settles, so it does not depend on thread timing ([`decide`]).
 //!
 //! Minimising is a sequence of decisions between the best proven bound
 //! `lo` and the incumbent `hi` (first from a heuristic layout): the target
-//! (the lower bound, or the capacity) first; a cap that runs out of nodes
-//! is retried halfway up towards `hi`; a layout found lowers `hi`; a cap
+//! (the lower bound, or the capacity) first; when minimising, a cap that
+//! runs out of nodes is followed by one halfway up towards `hi`; a layout
+//! found lowers `hi`; a cap
 //! proven infeasible raises `lo`. The run stops when the incumbent meets
 //! the target, when `lo` meets `hi` (the incumbent is then proven optimal),
 //! or at the time or node limit.
@@ -47,7 +57,7 @@ use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
 use dfs::{Dfs, Outcome};
 use std::cmp::Reverse;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -80,41 +90,74 @@ pub(crate) fn run(
             .max()
             .unwrap_or(0)
     };
-    let mut order: Vec<(u64, usize)> = parts
-        .iter()
-        .enumerate()
-        .map(|(k, p)| (part_height(&offsets, p), k))
-        .collect();
-    order.sort_unstable_by_key(|&(h, k)| (Reverse(h), k));
     let mut stats = PlanStats::default();
-    let mut reached = 0u64; // Highest final part height so far.
-    let mut proven_top = true; // Is the part that sets the height proven?
     let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
-    for (_, k) in order {
-        let part = &parts[k];
-        let h = part_height(&offsets, part);
-        let goal = target.max(reached);
-        let mut proven = false;
-        if h > goal && part.len() <= MAX_PART && !stats.limit_hit {
-            let mut dfs = build(problem, part, flags);
-            let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
-            let (best, ended) = minimize(&mut dfs, seed, h, goal, deadline, &mut nodes_left);
-            stats.nodes += dfs.nodes;
-            stats.backtracks += dfs.backtracks;
-            stats.limit_hit |= ended == Ended::Limit;
-            proven = ended == Ended::Proven;
-            for (l, &g) in part.iter().enumerate() {
-                offsets[g] = best[l];
+    let run = Run {
+        deadline,
+        threads: options
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+        anytime: options.capacity.is_none(),
+    };
+    // Parts whose height is proven the least possible.
+    let mut proven = vec![false; parts.len()];
+    // Passes over the parts, tallest first. Each part searched gets a share
+    // of the time left in proportion to its size, so one part that cannot
+    // meet the goal does not starve the others (MiniMalloc E falls apart
+    // into two parts; the first one used to take the whole budget). A part
+    // stops at the height of the tallest before it, so when time is left
+    // after a pass, the next one goes back to the tallest.
+    loop {
+        let heights: Vec<u64> = parts.iter().map(|p| part_height(&offsets, p)).collect();
+        let mut order: Vec<usize> = (0..parts.len()).collect();
+        order.sort_unstable_by_key(|&k| (Reverse(heights[k]), k));
+        let searchable: Vec<bool> = (0..parts.len())
+            .map(|k| !proven[k] && parts[k].len() <= MAX_PART && heights[k] > target)
+            .collect();
+        let mut weight: usize = order
+            .iter()
+            .filter(|&&k| searchable[k])
+            .map(|&k| parts[k].len())
+            .sum();
+        let mut reached = 0u64; // Highest final part height so far.
+        let mut searched = false;
+        for &k in &order {
+            let part = &parts[k];
+            let h = part_height(&offsets, part);
+            let goal = target.max(reached);
+            let now = Instant::now();
+            if searchable[k] && h > goal && now < deadline && nodes_left > 0 {
+                let share = part.len() as f64 / weight.max(1) as f64;
+                weight = weight.saturating_sub(part.len());
+                let mut dfs = build(problem, part, flags);
+                let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
+                let run = Run {
+                    deadline: now + deadline.duration_since(now).mul_f64(share.min(1.0)),
+                    ..run
+                };
+                let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
+                searched = true;
+                stats.nodes += dfs.nodes;
+                stats.backtracks += dfs.backtracks;
+                stats.limit_hit |= ended == Ended::Limit;
+                proven[k] = ended == Ended::Proven;
+                for (l, &g) in part.iter().enumerate() {
+                    offsets[g] = best[l];
+                }
             }
+            reached = reached.max(part_height(&offsets, part));
         }
-        let h = part_height(&offsets, part);
-        if h > reached {
-            reached = h;
-            proven_top = proven;
-        } else if h == reached {
-            proven_top |= proven;
+        if !searched || reached <= target || Instant::now() >= deadline || nodes_left == 0 {
+            break;
         }
     }
+    let reached = parts
+        .iter()
+        .map(|p| part_height(&offsets, p))
+        .max()
+        .unwrap_or(0);
+    let proven_top =
+        (0..parts.len()).any(|k| proven[k] && part_height(&offsets, &parts[k]) == reached);
     let arena = height(problem, &offsets);
     Attempt {
         offsets,
@@ -169,19 +212,66 @@ fn partitions(problem: &Problem, active: &[usize]) -> Vec<Vec<usize>> {
     }
 }
 
-/// A preorder: key letters compared in turn, each descending. `T`: the
-/// heaviest section the buffer is in; `W`: how many sections it spans;
-/// `A`: size × length; `L`: length; `Z`: size.
+/// One search of the portfolio: a preorder (key letters compared in turn,
+/// each descending: `T` the heaviest section the buffer is in, `W` how many
+/// sections it spans, `A` size × length, `L` length, `Z` size) and the
+/// canonical tie rule at one offset.
 #[derive(Clone, Copy)]
-pub(crate) struct Heuristic(&'static str);
+pub(crate) struct Heuristic(&'static str, Ties);
 
-const HEURISTICS: [Heuristic; 5] = [
-    Heuristic("TWA"),
-    Heuristic("WAT"),
-    Heuristic("TAW"),
-    Heuristic("WTA"),
-    Heuristic("AWT"),
+/// How buffers placed at one offset are ordered (both rules are complete).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ties {
+    /// In the preorder (MiniMalloc's rule).
+    Preorder,
+    /// Left to right in time (see [`SearchOptions::time_ties`]); candidates
+    /// tried in the preorder.
+    Time,
+    /// Left to right in time, candidates at one offset also tried left to
+    /// right (a bottom-left fill).
+    TimeLeftFirst,
+}
+
+/// The portfolio, in the order its answers are preferred. Neither tie
+/// rule wins everywhere: preorder ties place the big buffers first and
+/// solve MiniMalloc's challenging A, D and E soonest; time ties fill full
+/// sections row by row and solve B, C and some perturbed instances many
+/// times sooner, but miss A and E. So the preorder runs come first and the
+/// time runs after them with a quarter of the nodes ([`TIME_SHARE`]).
+const HEURISTICS: [Heuristic; 9] = [
+    Heuristic("TWA", Ties::Preorder),
+    Heuristic("WAT", Ties::Preorder),
+    Heuristic("TAW", Ties::Preorder),
+    Heuristic("WTA", Ties::Preorder),
+    Heuristic("AWT", Ties::Preorder),
+    Heuristic("TWA", Ties::Time),
+    Heuristic("WAT", Ties::Time),
+    Heuristic("TAW", Ties::Time),
+    Heuristic("TAW", Ties::TimeLeftFirst),
 ];
+
+/// Time-tie runs get `limit / TIME_SHARE` nodes.
+const TIME_SHARE: u64 = 8;
+
+impl Heuristic {
+    fn nodes(self, limit: u64) -> u64 {
+        if self.1 == Ties::Preorder {
+            limit
+        } else {
+            (limit / TIME_SHARE).max(1)
+        }
+    }
+}
+
+/// The searches [`decide`] runs on `dfs`: without lifetimes, or with
+/// `time_ties` off, only the preorder-tie ones.
+fn portfolio(dfs: &Dfs) -> Vec<Heuristic> {
+    let time = dfs.flags.time_ties && dfs.span.is_some();
+    HEURISTICS
+        .into_iter()
+        .filter(|h| time || h.1 == Ties::Preorder)
+        .collect()
+}
 
 /// How [`minimize`] stopped.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -199,24 +289,28 @@ enum Ended {
 /// at most `goal`. Returns the best layout and how the search ended.
 ///
 /// Each round tries the bottom cap (the larger of the goal and the proven
-/// bound), then, for an anytime improvement, the cap halfway up to the
-/// incumbent, and doubles the node limit when both run out.
+/// bound), then, when `anytime` (minimising; with a capacity as the goal a
+/// layout above it is worth nothing), the cap halfway up to the incumbent
+/// with a quarter of the nodes, and doubles the node limit when both run
+/// out. The bottom cap gets most of the work because the optimum is
+/// usually at the bound, and a tight cap prunes hardest.
 fn minimize(
     dfs: &mut Dfs,
     seed: Vec<u64>,
     mut hi: u64,
     goal: u64,
-    deadline: Instant,
+    run: &Run,
     nodes_left: &mut u64,
 ) -> (Vec<u64>, Ended) {
     let mut best = seed;
     let mut lo = dfs.lower_bound();
     let mut limit = (4 * dfs.size.len() as u64).max(256);
+    let deadline = run.deadline;
     if goal > lo && hi > goal {
         // A tight cap prunes hardest, so a layout at the bound is often
         // found faster than one merely within a looser goal: try it first,
         // briefly.
-        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left) {
+        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left, run.threads) {
             return (layout, Ended::Proven);
         }
     }
@@ -232,17 +326,18 @@ fn minimize(
                 return (best, Ended::Limit);
             }
             let bottom = lo.max(goal);
-            let cap = if step == 0 {
-                bottom
+            let (cap, nodes) = if step == 0 {
+                (bottom, limit)
             } else {
-                bottom + (hi - bottom) / 2
+                (bottom + (hi - bottom) / 2, (limit / 4).max(256))
             };
-            if step == 1 && cap == bottom {
-                // No cap lies between: the bottom one needs more nodes.
+            if step == 1 && (cap == bottom || !run.anytime) {
+                // No cap lies between (or none is worth having): the
+                // bottom one needs more nodes.
                 limit = limit.saturating_mul(2);
                 break;
             }
-            match decide(dfs, cap, limit, deadline, nodes_left) {
+            match decide(dfs, cap, nodes, deadline, nodes_left, run.threads) {
                 Outcome::Found(layout) => {
                     hi = layout
                         .iter()
@@ -251,6 +346,11 @@ fn minimize(
                         .max()
                         .unwrap_or(0);
                     best = layout;
+                    if step == 1 {
+                        // The bottom cap is unchanged, and the same cap
+                        // under the same limit would give the same answer.
+                        limit = limit.saturating_mul(2);
+                    }
                     break;
                 }
                 Outcome::Infeasible(next) => {
@@ -266,77 +366,157 @@ fn minimize(
     }
 }
 
+/// What every decision of one search run shares.
+#[derive(Clone, Copy)]
+struct Run {
+    deadline: Instant,
+    threads: usize,
+    /// Is a layout above the goal still worth having (no capacity given)?
+    anytime: bool,
+}
+
 /// Parts smaller than this decide on one thread: spawning costs more than
 /// their searches.
 const PARALLEL_PART: usize = 24;
 
-/// One decision, trying each preorder in turn under `limit` nodes. Parts of
-/// some size split the preorders among as many threads as there are cores;
-/// the first thread to find a layout or prove there is none stops the rest.
-fn decide(dfs: &mut Dfs, cap: u64, limit: u64, deadline: Instant, nodes_left: &mut u64) -> Outcome {
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(HEURISTICS.len());
+/// One decision: a portfolio of searches in different preorders, each
+/// under `limit` nodes, on up to `threads` threads (preorder `k` on thread
+/// `k mod threads`).
+///
+/// The answer is that of the lowest-numbered preorder that settles the
+/// decision (a layout, or an exhausted tree) within the limit. A run stops
+/// as soon as a lower-numbered one has settled, since its answer can no
+/// longer be used, but runs below the settled one go on to their own
+/// limit. So the answer depends on the node limit, never on which thread
+/// was faster: the same input and limit give the same layout on any number
+/// of threads (unless the deadline cuts a run short).
+fn decide(
+    dfs: &mut Dfs,
+    cap: u64,
+    limit: u64,
+    deadline: Instant,
+    nodes_left: &mut u64,
+    threads: usize,
+) -> Outcome {
+    let per_run = limit.min(*nodes_left);
+    let runs = portfolio(dfs);
+    let workers = threads.clamp(1, runs.len());
     if workers <= 1 || dfs.size.len() < PARALLEL_PART {
-        let mut outcome = Outcome::Limit;
-        for h in HEURISTICS {
+        for h in runs {
             dfs.set_preorder(h);
-            let before = dfs.nodes;
-            outcome = dfs.decide(cap, limit.min(*nodes_left), deadline);
+            let (before, t) = (dfs.nodes, Instant::now());
+            let outcome = dfs.decide(cap, h.nodes(per_run), deadline);
+            trace(
+                dfs,
+                h,
+                cap,
+                h.nodes(per_run),
+                &outcome,
+                dfs.nodes - before,
+                t,
+            );
             *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
-            if !matches!(outcome, Outcome::Limit) || *nodes_left == 0 {
-                break;
+            if !matches!(outcome, Outcome::Limit) {
+                return outcome;
             }
         }
-        return outcome;
+        return Outcome::Limit;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let per_run = limit.min(*nodes_left);
-    let results: Vec<(Outcome, u64, u64)> = std::thread::scope(|scope| {
+    let runs = &runs;
+    let settled = Arc::new(AtomicUsize::new(usize::MAX));
+    // Per thread: the settled runs (preorder index, answer), nodes, backtracks.
+    type Report = (Vec<(usize, Outcome)>, u64, u64);
+    let results: Vec<Report> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let mut mine = dfs.clone();
-                mine.stop = Some(Arc::clone(&stop));
-                let stop = Arc::clone(&stop);
+                let settled = Arc::clone(&settled);
                 scope.spawn(move || {
                     let (nodes, backtracks) = (mine.nodes, mine.backtracks);
-                    let mut outcome = Outcome::Limit;
-                    for &h in HEURISTICS.iter().skip(w).step_by(workers) {
-                        if stop.load(Ordering::Relaxed) {
+                    let mut answers = Vec::new();
+                    for k in (w..runs.len()).step_by(workers) {
+                        if settled.load(Ordering::Relaxed) < k {
                             break;
                         }
+                        let h = runs[k];
+                        mine.stop = Some((Arc::clone(&settled), k));
                         mine.set_preorder(h);
-                        outcome = mine.decide(cap, per_run, deadline);
+                        let (before, t) = (mine.nodes, Instant::now());
+                        let outcome = mine.decide(cap, h.nodes(per_run), deadline);
+                        trace(
+                            &mine,
+                            h,
+                            cap,
+                            h.nodes(per_run),
+                            &outcome,
+                            mine.nodes - before,
+                            t,
+                        );
                         if !matches!(outcome, Outcome::Limit) {
-                            stop.store(true, Ordering::Relaxed);
+                            settled.fetch_min(k, Ordering::Relaxed);
+                            answers.push((k, outcome));
                             break;
                         }
                     }
-                    (outcome, mine.nodes - nodes, mine.backtracks - backtracks)
+                    (answers, mine.nodes - nodes, mine.backtracks - backtracks)
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or((Outcome::Limit, 0, 0)))
+            .map(|h| h.join().unwrap_or((Vec::new(), 0, 0)))
             .collect()
     });
-    let mut outcome = Outcome::Limit;
-    for (result, nodes, backtracks) in results {
+    let mut best: Option<(usize, Outcome)> = None;
+    for (answers, nodes, backtracks) in results {
         dfs.nodes += nodes;
         dfs.backtracks += backtracks;
         *nodes_left = nodes_left.saturating_sub(nodes);
-        outcome = match (outcome, result) {
-            (Outcome::Found(layout), _) | (_, Outcome::Found(layout)) => Outcome::Found(layout),
-            // Every preorder's tree is complete: any exhausted one is a proof.
-            (Outcome::Infeasible(a), Outcome::Infeasible(b)) => Outcome::Infeasible(a.max(b)),
-            (Outcome::Infeasible(a), Outcome::Limit) | (Outcome::Limit, Outcome::Infeasible(a)) => {
-                Outcome::Infeasible(a)
+        for (k, outcome) in answers {
+            if best.as_ref().is_none_or(|(b, _)| k < *b) {
+                best = Some((k, outcome));
             }
-            (Outcome::Limit, Outcome::Limit) => Outcome::Limit,
-        };
+        }
     }
-    outcome
+    best.map_or(Outcome::Limit, |(_, o)| o)
+}
+
+/// With `STOW_PLAN_TRACE` set, one line per decision run on standard
+/// error: what it decided, how fast, how deep, and which pruning fired.
+fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes: u64, t: Instant) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var_os("STOW_PLAN_TRACE").is_some()) {
+        return;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let p = &dfs.prunes;
+    eprintln!(
+        "decide {}{} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
+        h.0,
+        match h.1 {
+            Ties::Preorder => "",
+            Ties::Time => "/time",
+            Ties::TimeLeftFirst => "/left",
+        },
+        dfs.size.len(),
+        match outcome {
+            Outcome::Found(_) => "found".to_string(),
+            Outcome::Infeasible(n) => format!("infeasible (next {n})"),
+            Outcome::Limit => "limit".to_string(),
+        },
+        nodes as f64 / secs.max(1e-9),
+        p.max_depth,
+        p.min_dead_depth,
+        p.dead_depth_sum as f64 / p.dead.max(1) as f64,
+        p.canonical,
+        p.dominance,
+        p.over_cap,
+        p.inference,
+        p.level,
+        p.ties,
+        p.hatless_dead,
+        p.hatless_cut,
+    );
 }
 
 /// The search data of one part (buffer `k` of the part is `part[k]`).

@@ -2,9 +2,9 @@
 //! Depth-first over canonical placements with every state change on a
 //! trail, so a failed branch is rolled back exactly.
 
-use super::{Heuristic, SearchOptions};
+use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -43,14 +43,26 @@ pub(super) struct Dfs {
     pub adj: Vec<Vec<u32>>,
     /// Members of each section (pairwise conflicting).
     pub sections: Vec<Vec<u32>>,
-    /// Sections of each buffer.
+    /// Sections of each buffer, ascending.
     pub of: Vec<Vec<u32>>,
+    /// `pos[i][k]`: where buffer `i` sits in the members of section
+    /// `of[i][k]`. Each section keeps its unplaced members first (the first
+    /// `live[s]`), so scans skip the placed ones.
+    pos: Vec<Vec<u32>>,
+    live: Vec<u32>,
     /// Under lifetimes: each buffer's contiguous section range.
     pub span: Option<Vec<(u32, u32)>>,
     /// Preorder keys per buffer: (total, width, area, length, size).
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
     by_rank: Vec<u32>,
     rank: Vec<u32>,
+    /// Canonical tie key at one offset: the first section under lifetimes
+    /// with `time_ties`, else the preorder rank.
+    tie: Vec<u32>,
+    /// Does this run break ties in time (see `SearchOptions::time_ties`)?
+    time_ties: bool,
+    /// And does it try candidates at one offset left to right?
+    left_first: bool,
     offset: Vec<u64>,
     placed: Vec<bool>,
     min_off: Vec<u64>,
@@ -68,10 +80,35 @@ pub(super) struct Dfs {
     overflow: u64,
     deadline: Instant,
     node_limit: u64,
-    /// Raised by a sibling worker that has settled the decision.
-    pub stop: Option<Arc<AtomicBool>>,
+    /// Set by the portfolio: the lowest preorder index that has settled
+    /// the decision, and this run's own index. A run stops when a lower
+    /// index has settled, as its own result can no longer be the one used.
+    pub stop: Option<(Arc<AtomicUsize>, usize)>,
     pub nodes: u64,
     pub backtracks: u64,
+    /// Why candidates were cut, for `STOW_PLAN_TRACE` (see [`Prunes`]).
+    pub prunes: Prunes,
+    depth: u32,
+}
+
+/// Counters of the pruning that fired, and how deep the search went.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Prunes {
+    pub canonical: u64,
+    pub dominance: u64,
+    pub over_cap: u64,
+    pub inference: u64,
+    /// Candidates above the level some section's unplaced bytes allow.
+    pub level: u64,
+    /// Candidates and nodes cut by time ties (a full section left empty).
+    pub ties: u64,
+    pub hatless_dead: u64,
+    pub hatless_cut: u64,
+    pub max_depth: u32,
+    /// Sum and count of depths of exhausted nodes.
+    pub dead: u64,
+    pub dead_depth_sum: u64,
+    pub min_dead_depth: u32,
 }
 
 impl Dfs {
@@ -88,10 +125,12 @@ impl Dfs {
     ) -> Self {
         let m = size.len();
         let mut of = vec![Vec::new(); m];
+        let mut pos = vec![Vec::new(); m];
         let mut total = vec![0u64; sections.len()];
         for (s, members) in sections.iter().enumerate() {
-            for &i in members {
+            for (p, &i) in members.iter().enumerate() {
                 of[i as usize].push(s as u32);
+                pos[i as usize].push(p as u32);
                 total[s] = total[s].saturating_add(size[i as usize]);
             }
         }
@@ -118,9 +157,14 @@ impl Dfs {
         Dfs {
             flags,
             of,
+            pos,
+            live: sections.iter().map(|m| m.len() as u32).collect(),
             keys,
             by_rank: (0..m as u32).collect(),
             rank: (0..m as u32).collect(),
+            tie: (0..m as u32).collect(),
+            time_ties: false,
+            left_first: false,
             offset: vec![0; m],
             placed: vec![false; m],
             min_off: vec![0; m],
@@ -144,6 +188,11 @@ impl Dfs {
             stop: None,
             nodes: 0,
             backtracks: 0,
+            prunes: Prunes {
+                min_dead_depth: u32::MAX,
+                ..Prunes::default()
+            },
+            depth: 0,
         }
     }
 
@@ -180,6 +229,12 @@ impl Dfs {
         for (r, &i) in self.by_rank.iter().enumerate() {
             self.rank[i as usize] = r as u32;
         }
+        self.time_ties = h.1 != Ties::Preorder && self.flags.time_ties && self.span.is_some();
+        self.left_first = self.time_ties && h.1 == Ties::TimeLeftFirst;
+        self.tie = match &self.span {
+            Some(span) if self.time_ties => span.iter().map(|&(lo, _)| lo).collect(),
+            _ => self.rank.clone(),
+        };
     }
 
     /// Looks for a layout no higher than `cap`, visiting at most
@@ -189,6 +244,10 @@ impl Dfs {
         self.overflow = u64::MAX;
         self.node_limit = self.nodes.saturating_add(node_limit);
         self.deadline = deadline;
+        self.prunes = Prunes {
+            min_dead_depth: u32::MAX,
+            ..Prunes::default()
+        };
         let all: Vec<u32> = (0..self.size.len() as u32).collect();
         let range = (0, self.sections.len() as u32);
         let outcome = match self.dfs(&all, range, 0, 0) {
@@ -200,14 +259,16 @@ impl Dfs {
         outcome
     }
 
-    fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last_rank: u32) -> Flow {
+    /// One node: `cur` is the offset of the last placement and `last` its
+    /// tie key (0 at the root of a part).
+    fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) -> Flow {
         if self.nodes >= self.node_limit
             || (self.nodes.is_multiple_of(256)
                 && (Instant::now() >= self.deadline
                     || self
                         .stop
                         .as_ref()
-                        .is_some_and(|s| s.load(Ordering::Relaxed))))
+                        .is_some_and(|(s, mine)| s.load(Ordering::Relaxed) < *mine)))
         {
             return Flow::Limit;
         }
@@ -232,10 +293,11 @@ impl Dfs {
                     let m = self.min_off[i];
                     if hatless
                         && self.free_nbrs[i] == 0
-                        && (m < cur || (m == cur && self.rank[i] < last_rank))
+                        && (m < cur || (m == cur && self.tie[i] < last))
                     {
                         // Nothing unplaced can lift it to where canonical
                         // order would let it go.
+                        self.prunes.hatless_dead += 1;
                         return Flow::NotFound;
                     }
                     min_height = min_height.min(m.saturating_add(self.size[i]));
@@ -247,35 +309,137 @@ impl Dfs {
         if cands.is_empty() {
             return Flow::Found;
         }
-        if self.flags.dynamic_ordering {
+        // Placing anything at `off` lifts every section to at least `off`
+        // (monotonic floor) without shrinking what the others still hold,
+        // so a section holding `total` unplaced bytes rules out every
+        // offset above `cap - total` for every buffer but its last one.
+        // Checking that here, before `place`, spares the trial placements
+        // that made up most of the work on hard instances.
+        let (mut lvl1, mut lvl1_of, mut lvl2) = (u64::MAX, usize::MAX, u64::MAX);
+        // With time ties, placements at one offset go left to right, so a
+        // section that must get a buffer at exactly `cur` (its level is
+        // `cur`) left of the last placement can no longer get one, and the
+        // leftmost one right of it bounds where the next buffer at `cur`
+        // may start: one starting further right would leave it empty.
+        let time_ties = self.time_ties;
+        let mut first_full = u32::MAX;
+        if self.flags.section_inference && self.flags.canonical && self.flags.monotonic_floor {
+            for s in range.0 as usize..range.1 as usize {
+                if self.total[s] == 0 {
+                    continue;
+                }
+                let level = self.cap.saturating_sub(self.total[s]);
+                if time_ties && level == cur && first_full == u32::MAX {
+                    if (s as u32) < last {
+                        self.prunes.ties += 1;
+                        self.overflow = self.overflow.min(self.cap + 1);
+                        self.note_dead();
+                        return Flow::NotFound;
+                    }
+                    first_full = s as u32;
+                }
+                if level < lvl1 {
+                    (lvl2, lvl1, lvl1_of) = (lvl1, level, s);
+                } else if level < lvl2 {
+                    lvl2 = level;
+                }
+            }
+        }
+        // Drop the candidates the loop below would skip before sorting:
+        // sorting every unplaced buffer at every node cost more than all
+        // the rest of the search.
+        let (mut canon_cut, mut dom_cut, mut level_cut) = (0, 0, 0);
+        let mut lowest_cut = u64::MAX;
+        let mut tie_cut = 0;
+        let dominance = self.flags.dominance;
+        let (tie, by_rank) = (&self.tie, &self.by_rank);
+        cands.retain(|&(off, r)| {
+            let key = tie[by_rank[r as usize] as usize];
+            if canonical && (off < cur || (off == cur && key < last)) {
+                canon_cut += 1;
+                false
+            } else if off == cur && key > first_full {
+                tie_cut += 1;
+                false
+            } else if dominance && off >= min_height {
+                dom_cut += 1;
+                false
+            } else if off > lvl2 {
+                level_cut += 1;
+                lowest_cut = lowest_cut.min(off);
+                false
+            } else {
+                true
+            }
+        });
+        self.prunes.canonical += canon_cut;
+        self.prunes.dominance += dom_cut;
+        self.prunes.level += level_cut;
+        self.prunes.ties += tie_cut;
+        if tie_cut > 0 {
+            // Any more room than `cap` leaves that section slack.
+            self.overflow = self.overflow.min(self.cap + 1);
+        }
+        if lowest_cut != u64::MAX {
+            self.overflow = self
+                .overflow
+                .min(lowest_cut.saturating_add(self.cap - lvl2));
+        }
+        if self.flags.dynamic_ordering && self.left_first {
+            // Left to right at one offset: a candidate further right than
+            // another at the same offset forbids that one this offset.
+            let (tie, by_rank) = (&self.tie, &self.by_rank);
+            cands.sort_unstable_by_key(|&(off, r)| (off, tie[by_rank[r as usize] as usize], r));
+        } else if self.flags.dynamic_ordering {
             cands.sort_unstable();
         } else {
             cands.sort_unstable_by_key(|&(_, r)| r);
         }
         let mut cutpoints = Vec::new();
+        // A failed buffer that nothing unplaced can lift (see below).
+        let mut stranded: Option<(u64, u32)> = None;
         for (off, r) in cands {
             let i = self.by_rank[r as usize] as usize;
-            if canonical && (off < cur || (off == cur && r < last_rank)) {
+            if let Some((o, k)) = stranded {
+                if off > o || self.tie[i] > k {
+                    self.prunes.hatless_cut += 1;
+                    continue;
+                }
+            }
+            if off > lvl1
+                && !(self.total[lvl1_of] == self.size[i]
+                    && self.of[i].binary_search(&(lvl1_of as u32)).is_ok())
+            {
+                // Only the last unplaced buffer of the fullest section may
+                // go above its level (the others were dropped above).
+                self.prunes.level += 1;
+                self.overflow = self.overflow.min(off.saturating_add(self.cap - lvl1));
                 continue;
             }
             if self.flags.dominance && off >= min_height {
+                self.prunes.dominance += 1;
                 continue;
             }
             let top = off.saturating_add(self.size[i]);
             if top > self.cap {
+                self.prunes.over_cap += 1;
                 self.overflow = self.overflow.min(top);
                 continue;
             }
             let mark = self.trail.len();
             cutpoints.clear();
             self.place(i, off, range, &mut cutpoints);
+            self.depth += 1;
+            self.prunes.max_depth = self.prunes.max_depth.max(self.depth);
             let flow = if !self.consistent(range, off) {
+                self.prunes.inference += 1;
                 Flow::NotFound
             } else if self.flags.decompose && !cutpoints.is_empty() {
                 self.split(bufs, range, &mut cutpoints)
             } else {
-                self.dfs(bufs, range, off, r)
+                self.dfs(bufs, range, off, self.tie[i])
             };
+            self.depth -= 1;
             if flow == Flow::Found {
                 return Flow::Found;
             }
@@ -289,14 +453,23 @@ impl Dfs {
                 && self.free_nbrs[i] == 0
             {
                 // Candidates come lowest offset first, so every later one
-                // sits at or above this one's offset and would strand it:
-                // none can succeed. (In the static order a later candidate
-                // may sit lower, so the cut is only made here.)
-                break;
+                // sits at or above this one's offset; placing one higher,
+                // or at the same offset with a later tie key, would strand
+                // it: none of those can succeed. (In the static order a
+                // later candidate may sit lower, so the cut is only made
+                // here.)
+                stranded = Some((off, self.tie[i]));
             }
         }
-        self.backtracks += 1;
+        self.note_dead();
         Flow::NotFound
+    }
+
+    fn note_dead(&mut self) {
+        self.backtracks += 1;
+        self.prunes.dead += 1;
+        self.prunes.dead_depth_sum += u64::from(self.depth);
+        self.prunes.min_dead_depth = self.prunes.min_dead_depth.min(self.depth);
     }
 
     /// The unplaced buffers of `bufs` fall apart at `cutpoints`: solve
@@ -334,6 +507,16 @@ impl Dfs {
         let top = off + self.size[i];
         for k in 0..self.of[i].len() {
             let s = self.of[i][k] as usize;
+            // Swap `i` behind the unplaced members; undoing only has to
+            // count it back in, as later swaps stay in front of it.
+            let last = self.live[s] as usize - 1;
+            let here = self.pos[i][k] as usize;
+            let j = self.sections[s][last] as usize;
+            self.sections[s].swap(here, last);
+            let kj = self.of[j].binary_search(&(s as u32)).expect("member");
+            self.pos[j][kj] = here as u32;
+            self.pos[i][k] = last as u32;
+            self.live[s] -= 1;
             self.total[s] -= self.size[i];
             if self.floor[s] < top {
                 self.trail.push(Change::Floor(s as u32, self.floor[s]));
@@ -395,16 +578,24 @@ impl Dfs {
         while let Some(s) = self.affected.pop() {
             let s = s as usize;
             self.mark[s] = false;
-            let lowest = self.sections[s]
-                .iter()
-                .filter(|&&u| !self.placed[u as usize])
-                .map(|&u| self.min_off[u as usize])
-                .min();
-            if let Some(lowest) = lowest {
-                if self.floor[s] < lowest {
-                    self.trail.push(Change::Floor(s as u32, self.floor[s]));
-                    self.floor[s] = lowest;
+            // Stop at the first unplaced member that does not lift the
+            // floor: on hard instances most sections have one, and the full
+            // scan took most of the search's time.
+            let floor = self.floor[s];
+            let mut lowest = u64::MAX;
+            for &u in &self.sections[s][..self.live[s] as usize] {
+                let u = u as usize;
+                if self.min_off[u] < lowest {
+                    lowest = self.min_off[u];
+                    if lowest <= floor {
+                        break;
+                    }
                 }
+            }
+            // `u64::MAX`: no unplaced member, nothing to lift.
+            if lowest != u64::MAX && floor < lowest {
+                self.trail.push(Change::Floor(s as u32, self.floor[s]));
+                self.floor[s] = lowest;
             }
         }
     }
@@ -424,6 +615,7 @@ impl Dfs {
                     }
                     for &s in &self.of[i] {
                         self.total[s as usize] += self.size[i];
+                        self.live[s as usize] += 1;
                     }
                     if let Some(span) = &self.span {
                         let (lo, hi) = span[i];
