@@ -34,6 +34,7 @@ mod run;
 pub use prepare::{operand, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR};
 pub use run::{run_part, splits, Failure, Views};
 
+use alloc::vec::Vec;
 use elementwise::Unary;
 use layout::Walk;
 use linalg::ConvShape;
