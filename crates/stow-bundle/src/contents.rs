@@ -1,6 +1,9 @@
 //! The in-memory description of a bundle: what the writer takes and what the
 //! reader gives back (owned form).
 
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
 /// Element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
@@ -288,8 +291,8 @@ impl AliasKind {
     }
 }
 
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for DType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
 }
@@ -299,7 +302,7 @@ impl std::fmt::Display for DType {
 #[error("unknown element type `{0}` (expected one of f32, f16, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool)")]
 pub struct ParseDTypeError(pub String);
 
-impl std::str::FromStr for DType {
+impl core::str::FromStr for DType {
     type Err = ParseDTypeError;
 
     /// Parses the lower-case name (`f32`, `i64`, `bool`, ...).

@@ -7,6 +7,9 @@
 //! its shape is [`BundleError::ShapeSize`] whether it comes from a file or
 //! from [`crate::to_bytes`]).
 
+use alloc::string::String;
+use alloc::vec::Vec;
+#[cfg(feature = "std")]
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -327,6 +330,7 @@ pub enum BundleError {
         found: u64,
     },
     /// The directory to write into does not exist.
+    #[cfg(feature = "std")]
     #[error("cannot write {}: directory {} does not exist", path.display(), dir.display())]
     MissingDirectory {
         /// The file that was to be written.
@@ -335,6 +339,7 @@ pub enum BundleError {
         dir: PathBuf,
     },
     /// Creating, writing, syncing or renaming the file failed.
+    #[cfg(feature = "std")]
     #[error("writing {}: {source}", path.display())]
     Io {
         /// The file that was to be written.

@@ -40,11 +40,11 @@ pub const MAX_ITEMS: u32 = 1 << 24;
 pub const NO_ALIAS: u32 = u32::MAX;
 
 /// Byte offset of [`Header::header_crc`] (taken as zero when computing it).
-pub const HEADER_CRC_OFFSET: usize = std::mem::offset_of!(Header, header_crc);
+pub const HEADER_CRC_OFFSET: usize = core::mem::offset_of!(Header, header_crc);
 /// Byte offset of [`Header::reserved`].
-pub const HEADER_RESERVED_OFFSET: usize = std::mem::offset_of!(Header, reserved);
+pub const HEADER_RESERVED_OFFSET: usize = core::mem::offset_of!(Header, reserved);
 /// Byte offset of [`SectionEntry::reserved`] within an entry.
-pub const SECTION_RESERVED_OFFSET: usize = std::mem::offset_of!(SectionEntry, reserved);
+pub const SECTION_RESERVED_OFFSET: usize = core::mem::offset_of!(SectionEntry, reserved);
 
 /// Section kinds.
 pub mod kind {
@@ -166,9 +166,9 @@ pub struct TensorRecord {
     pub rank: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Header>() == HEADER_LEN);
-const _: () = assert!(std::mem::size_of::<SectionEntry>() == SECTION_ENTRY_LEN);
-const _: () = assert!(std::mem::size_of::<TensorRecord>() == TENSOR_RECORD_LEN);
+const _: () = assert!(core::mem::size_of::<Header>() == HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<SectionEntry>() == SECTION_ENTRY_LEN);
+const _: () = assert!(core::mem::size_of::<TensorRecord>() == TENSOR_RECORD_LEN);
 const _: () = assert!(HEADER_CRC_OFFSET == 28);
 const _: () = assert!(HEADER_RESERVED_OFFSET == 56);
 const _: () = assert!(SECTION_RESERVED_OFFSET == 28);

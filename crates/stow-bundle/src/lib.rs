@@ -14,12 +14,21 @@
 //! fixed records (also in `include/stow_bundle.h` for C), [`proto`] the
 //! metadata messages of `proto/stow_bundle.proto`. Checksums are CRC-32
 //! ([`crc32`]), implemented in this crate.
+//!
+//! Without the default `std` feature the crate is `no_std` (it needs
+//! `alloc`): everything but [`write_file`] is there, so a device parses
+//! and validates a bundle held in flash with the same code as the host.
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
 
 mod checksum;
 mod contents;
 mod error;
+#[cfg(feature = "std")]
+mod file;
 pub mod format;
 mod header;
 mod meta;
@@ -40,6 +49,8 @@ pub use contents::{
     TensorKind,
 };
 pub use error::BundleError;
+#[cfg(feature = "std")]
+pub use file::write_file;
 pub use read::{BundleView, HeaderInfo, OwnedBundle};
 pub use sections::SectionInfo;
-pub use write::{to_bytes, write_file};
+pub use write::to_bytes;

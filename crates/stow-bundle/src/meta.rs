@@ -6,6 +6,10 @@ use crate::contents::{AttrValue, Contents, Op, Provenance, Tensor};
 use crate::error::BundleError;
 use crate::format::{Header, NO_ALIAS};
 use crate::proto::{AttributeMeta, BundleMeta, OpMeta, ProvenanceMeta, TensorMeta};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
 use prost::Message;
 
 const ATTR_INT: u32 = 1;

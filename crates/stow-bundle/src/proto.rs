@@ -7,6 +7,9 @@
 //! instead; these are for tools that handle the raw message. Decoding one
 //! validates nothing beyond protobuf syntax.
 
+use alloc::string::String;
+use alloc::vec::Vec;
+
 /// The whole metadata section.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct BundleMeta {

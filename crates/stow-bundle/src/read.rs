@@ -7,8 +7,9 @@ use crate::error::BundleError;
 use crate::format::{kind, Header, TENSOR_RECORD_LEN};
 use crate::sections::{self, slice, SectionInfo};
 use crate::{header, meta, records};
-use std::borrow::Cow;
-use std::fmt;
+use alloc::borrow::Cow;
+use alloc::vec::Vec;
+use core::fmt;
 
 /// Header fields, for display and for callers that size buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +145,7 @@ impl<'a> BundleView<'a> {
     }
 
     /// Byte range of the weight section within the file.
-    pub fn weight_section_range(&self) -> std::ops::Range<usize> {
+    pub fn weight_section_range(&self) -> core::ops::Range<usize> {
         // Validated to lie within `bytes`, so both ends fit in usize.
         self.weight_info()
             .and_then(|s| {

@@ -12,6 +12,8 @@ use crate::contents::{AliasKind, DType, Region, Tensor, TensorKind};
 use crate::error::BundleError;
 use crate::format::{TensorRecord, NO_ALIAS, TENSOR_RECORD_LEN, WEIGHT_ALIGN};
 use crate::sections::slice;
+use alloc::string::ToString;
+use alloc::vec::Vec;
 
 /// The three sections' bodies.
 pub(crate) struct Encoded {
@@ -109,7 +111,7 @@ pub(crate) fn decode(
         }
         let name = slice(strings, name_cursor, r.name_len.into())
             .ok_or_else(|| bad("name_len", r.name_len.into()))?;
-        let name = std::str::from_utf8(name).map_err(|_| BundleError::BadName {
+        let name = core::str::from_utf8(name).map_err(|_| BundleError::BadName {
             index,
             offset: name_cursor,
         })?;

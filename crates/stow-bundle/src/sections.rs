@@ -6,6 +6,8 @@ use crate::error::BundleError;
 use crate::format::{
     kind, Header, SectionEntry, HEADER_LEN, SECTION_ENTRY_LEN, SECTION_RESERVED_OFFSET,
 };
+use alloc::format;
+use alloc::vec::Vec;
 
 /// One validated section, as listed in the section table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

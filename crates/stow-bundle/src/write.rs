@@ -1,6 +1,6 @@
 //! The writer: validates [`Contents`] and weight bytes, lays the file out
 //! deterministically (fixed section order, zero padding), parses its own
-//! output with the reader, and writes files atomically.
+//! output with the reader. Writing a file is in `file.rs` (feature `std`).
 
 use crate::checksum::crc32;
 use crate::contents::{Contents, Region};
@@ -11,9 +11,8 @@ use crate::format::{
 };
 use crate::read::BundleView;
 use crate::{header, meta, records};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use alloc::vec;
+use alloc::vec::Vec;
 
 /// One section to lay out: `len` bytes, zero except for `pieces`
 /// (offset within the section, bytes).
@@ -183,59 +182,4 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
     let view = BundleView::parse(&out)?;
     view.verify_weights()?;
     Ok(out)
-}
-
-/// Writes `bytes` to `path` atomically: into a new temporary file in the
-/// same directory (`.<name>.<pid>.<n>.tmp`), synced, then renamed over
-/// `path`. On any failure the temporary file is removed and `path` is left
-/// as it was. A missing parent directory gives
-/// [`BundleError::MissingDirectory`] naming it.
-pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BundleError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !dir.is_dir() {
-        return Err(BundleError::MissingDirectory {
-            path: path.to_path_buf(),
-            dir,
-        });
-    }
-    let io = |source| BundleError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "bundle".into(), |n| n.to_string_lossy().into_owned());
-    let (tmp, mut file) = loop {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-        {
-            Ok(f) => break (tmp, f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io(e)),
-        }
-    };
-    let result = file
-        .write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| {
-            drop(file);
-            std::fs::rename(&tmp, path)
-        });
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    // Make the rename itself durable where directories can be synced.
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }

@@ -2,7 +2,9 @@
 //! caller's buffer), and typed views of the tensors the plan placed in it.
 
 use crate::lookup::{self, Element, LookupError, TensorKey, TensorRef};
-use crate::Bundle;
+use crate::{shown, Bundle, BundlePath};
+use alloc::string::ToString;
+use alloc::vec::Vec;
 use bytemuck::{Pod, Zeroable};
 use stow_bundle::Region;
 use thiserror::Error;
@@ -16,37 +18,46 @@ pub const MAX_ARENA_ALIGN: u64 = 1 << 16;
 #[derive(Debug, Error)]
 pub enum ArenaError {
     /// The bundle asks for an alignment above [`MAX_ARENA_ALIGN`].
-    #[error("{}: the arena alignment {align} is above the supported {MAX_ARENA_ALIGN}", path.display())]
+    #[error(
+        "{}: the arena alignment {align} is above the supported {MAX_ARENA_ALIGN}",
+        shown(path)
+    )]
     Alignment {
         /// The bundle.
-        path: std::path::PathBuf,
+        path: BundlePath,
         /// The alignment asked for.
         align: u64,
     },
     /// The allocation failed (or does not fit in the address space).
-    #[error("{}: cannot allocate an arena of {bytes} bytes", path.display())]
+    #[error("{}: cannot allocate an arena of {bytes} bytes", shown(path))]
     Alloc {
         /// The bundle.
-        path: std::path::PathBuf,
+        path: BundlePath,
         /// The size asked for.
         bytes: u64,
     },
     /// A caller's buffer does not start at a multiple of the arena
     /// alignment.
-    #[error("{}: the arena buffer at {address:#x} is not aligned to {align} bytes", path.display())]
+    #[error(
+        "{}: the arena buffer at {address:#x} is not aligned to {align} bytes",
+        shown(path)
+    )]
     Misaligned {
         /// The bundle.
-        path: std::path::PathBuf,
+        path: BundlePath,
         /// Address of the buffer's first byte.
         address: usize,
         /// The alignment the bundle needs (`arena_align`).
         align: u64,
     },
     /// A caller's buffer is smaller than the arena.
-    #[error("{}: the arena buffer holds {given} bytes, the bundle needs {need}", path.display())]
+    #[error(
+        "{}: the arena buffer holds {given} bytes, the bundle needs {need}",
+        shown(path)
+    )]
     TooSmall {
         /// The bundle.
-        path: std::path::PathBuf,
+        path: BundlePath,
         /// Bytes in the buffer.
         given: usize,
         /// Bytes the arena needs (`arena_bytes`).
@@ -119,7 +130,7 @@ impl<'a> Arena<'a> {
     /// left alone.
     pub fn in_buffer(bundle: &Bundle, buffer: &'a mut [u8]) -> Result<Arena<'a>, ArenaError> {
         let h = bundle.header();
-        let path = || bundle.path().to_path_buf();
+        let path = || bundle.path_owned();
         let align = h.arena_align.max(1);
         let address = buffer.as_ptr() as usize;
         // `align` is a power of two (validated); one above the address
@@ -155,7 +166,7 @@ impl Arena<'static> {
     /// aborting, when the allocation is refused.
     pub fn new(bundle: &Bundle) -> Result<Arena<'static>, ArenaError> {
         let h = bundle.header();
-        let path = || bundle.path().to_path_buf();
+        let path = || bundle.path_owned();
         let bytes = h.arena_bytes;
         let align = h.arena_align.max(1);
         if align > MAX_ARENA_ALIGN {
@@ -233,7 +244,7 @@ impl Arena<'_> {
         &self,
         bundle: &'b Bundle,
         key: &K,
-    ) -> Result<(TensorRef<'b>, std::ops::Range<usize>), LookupError> {
+    ) -> Result<(TensorRef<'b>, core::ops::Range<usize>), LookupError> {
         let h = bundle.header();
         if h.header_crc != self.plan || h.arena_bytes != self.len as u64 {
             return Err(LookupError::WrongBundle {
@@ -305,8 +316,8 @@ impl Arena<'_> {
     }
 }
 
-impl std::fmt::Debug for Arena<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for Arena<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Arena")
             .field("len", &self.len)
             .field("align", &self.align)
@@ -322,6 +333,7 @@ impl std::fmt::Debug for Arena<'_> {
 mod tests {
     use super::*;
     use crate::RuntimeError;
+    use alloc::boxed::Box;
 
     /// A 64-aligned buffer of at least `len` bytes, leaked (bundles read
     /// from memory borrow their bytes for `'static`).
@@ -349,8 +361,11 @@ mod tests {
             "{e}"
         );
         let b = sample();
-        assert!(b.path().to_string_lossy().starts_with("<memory at 0x"));
+        assert!(crate::shown(&b.path_owned())
+            .to_string()
+            .starts_with("<memory at 0x"));
         b.verify_weights().unwrap();
+        #[cfg(feature = "std")]
         b.release_host_pages().unwrap();
     }
 

@@ -8,6 +8,7 @@
 //! or it accepted bytes that break a documented guarantee.
 
 use crate::lookup::{self, TensorKey};
+use alloc::{format, string::ToString};
 use stow_bundle::{BundleView, DType, Region};
 
 /// What one walk saw (for tests that want to know a mutation was parsed).

@@ -22,16 +22,37 @@
 //!
 //! Lookups fail with a [`LookupError`] naming the tensor; nothing panics
 //! on the contents of a bundle. See `docs/RUNTIME.md`.
+//!
+//! Without the default `std` feature the crate is `no_std` (it needs
+//! `alloc` for the prepared kernels): bundles come from memory
+//! ([`Bundle::from_static`]), sessions run on the caller's thread
+//! ([`Session::in_buffer`] for an arena in static memory), and the
+//! kernels' float functions come from `libm` ([`kernels::float`]).
+//! Opening files, worker threads and host-page release need `std`.
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 // The memory map is the one unsafe operation; it is allowed where it
 // happens, with its safety argument.
 #![deny(unsafe_code)]
+
+extern crate alloc;
+// The unit tests run in both builds; without std they still run under
+// the std test harness, and take its macros (`vec!`) as the std build's
+// tests do.
+#[cfg(all(test, not(feature = "std")))]
+#[macro_use]
+extern crate std;
 
 mod arena;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod kernels;
 mod lookup;
+#[cfg(feature = "std")]
+mod pool;
+// Without threads every job runs on the caller's thread.
+#[cfg(not(feature = "std"))]
+#[path = "serial.rs"]
 mod pool;
 mod session;
 
@@ -45,31 +66,60 @@ pub const BUNDLE_ALIGN: usize = 64;
 pub use lookup::{BoolByte, Element, F16Bits, LookupError, TensorKey, TensorRef};
 pub use session::{RunError, Session, SessionError, UnsupportedOp};
 
+use alloc::format;
+use alloc::string::ToString;
+#[cfg(feature = "std")]
 use memmap2::Mmap;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "std")]
+use std::path::Path;
+#[cfg(feature = "std")]
 use std::sync::Arc;
 use stow_bundle::{
     BundleError, BundleView, Contents, HeaderInfo, OwnedBundle, Region, SectionInfo,
 };
 use thiserror::Error;
 
+/// What names a bundle in [`Bundle::path`] and in errors: the path of its
+/// file with `std`; without `std`, where bundles come only from memory, a
+/// label (`<memory at 0x…>`).
+#[cfg(feature = "std")]
+pub type BundlePath = std::path::PathBuf;
+/// What names a bundle in [`Bundle::path`] and in errors: the path of its
+/// file with `std`; without `std`, where bundles come only from memory, a
+/// label (`<memory at 0x…>`).
+#[cfg(not(feature = "std"))]
+pub type BundlePath = alloc::string::String;
+
+/// [`BundlePath`] for a message.
+#[cfg(feature = "std")]
+fn shown(path: &BundlePath) -> std::path::Display<'_> {
+    path.display()
+}
+
+/// [`BundlePath`] for a message.
+#[cfg(not(feature = "std"))]
+fn shown(path: &BundlePath) -> &str {
+    path
+}
+
 /// Why a bundle could not be opened or checked.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     /// The file could not be opened or mapped.
+    #[cfg(feature = "std")]
     #[error("cannot read {}: {source}", path.display())]
     Io {
         /// The path.
-        path: PathBuf,
+        path: BundlePath,
         /// The error.
         #[source]
         source: std::io::Error,
     },
     /// The bytes are not a valid bundle (or the weight checksum failed).
-    #[error("{} is not a valid bundle: {source}", path.display())]
+    #[error("{} is not a valid bundle: {source}", shown(path))]
     Invalid {
         /// The path.
-        path: PathBuf,
+        path: BundlePath,
         /// What validation found.
         #[source]
         source: BundleError,
@@ -90,6 +140,7 @@ pub enum RuntimeError {
 /// about it), or bytes that outlive the program's use of them (a bundle
 /// in flash or `include_bytes!`).
 enum Source {
+    #[cfg(feature = "std")]
     Mapped(Arc<Mmap>),
     Static(&'static [u8]),
 }
@@ -97,6 +148,7 @@ enum Source {
 impl AsRef<[u8]> for Source {
     fn as_ref(&self) -> &[u8] {
         match self {
+            #[cfg(feature = "std")]
             Source::Mapped(map) => map,
             Source::Static(bytes) => bytes,
         }
@@ -107,12 +159,13 @@ impl AsRef<[u8]> for Source {
 pub struct Bundle {
     inner: OwnedBundle<Source>,
     /// The mapping, when the bundle is a mapped file (for page advice).
+    #[cfg(feature = "std")]
     map: Option<Arc<Mmap>>,
-    path: PathBuf,
+    path: BundlePath,
 }
 
-impl std::fmt::Debug for Bundle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for Bundle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Bundle")
             .field("path", &self.path)
             .field("view", &self.view())
@@ -122,6 +175,7 @@ impl std::fmt::Debug for Bundle {
 
 impl Bundle {
     /// Maps `path` read-only and validates every byte but the weights.
+    #[cfg(feature = "std")]
     pub fn open(path: &Path) -> Result<Bundle, RuntimeError> {
         let io = |source| RuntimeError::Io {
             path: path.to_path_buf(),
@@ -165,7 +219,7 @@ impl Bundle {
                 align: BUNDLE_ALIGN,
             });
         }
-        let path = PathBuf::from(format!("<memory at {address:#x}>"));
+        let path = BundlePath::from(format!("<memory at {address:#x}>"));
         let inner =
             OwnedBundle::new(Source::Static(bytes)).map_err(|source| RuntimeError::Invalid {
                 path: path.clone(),
@@ -173,6 +227,7 @@ impl Bundle {
             })?;
         Ok(Bundle {
             inner,
+            #[cfg(feature = "std")]
             map: None,
             path,
         })
@@ -217,8 +272,21 @@ impl Bundle {
 
     /// The file this bundle was opened from (a `<memory at 0x…>` label for
     /// [`Bundle::from_static`]).
+    #[cfg(feature = "std")]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The bundle's `<memory at 0x…>` label (without `std` every bundle
+    /// comes from [`Bundle::from_static`]).
+    #[cfg(not(feature = "std"))]
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// [`Bundle::path`], owned, for an error.
+    pub(crate) fn path_owned(&self) -> BundlePath {
+        self.path.clone()
     }
 
     /// The tensor `key` (an id or a name) names.
@@ -278,7 +346,9 @@ impl Bundle {
     /// are already decoded into [`Bundle::contents`], so nothing else needs
     /// the mapping. A no-op (returning `Ok`) on non-Unix systems and for a
     /// bundle read from memory ([`Bundle::from_static`]): its bytes are the
-    /// caller's.
+    /// caller's. Needs `std`: a device without it has no pages to give
+    /// back.
+    #[cfg(feature = "std")]
     pub fn release_host_pages(&self) -> Result<(), RuntimeError> {
         let range = self.view().weight_section_range();
         let Some(map) = &self.map else {
@@ -293,7 +363,7 @@ impl Bundle {
         })
     }
 
-    #[cfg(unix)]
+    #[cfg(all(feature = "std", unix))]
     fn dont_need(map: &Mmap, range: std::ops::Range<usize>) -> std::io::Result<()> {
         // SAFETY: MADV_DONTNEED is "unchecked" advice because on a private
         // or anonymous mapping it discards contents, changing bytes under
@@ -309,7 +379,7 @@ impl Bundle {
         }
     }
 
-    #[cfg(not(unix))]
+    #[cfg(all(feature = "std", not(unix)))]
     fn dont_need(_map: &Mmap, _range: std::ops::Range<usize>) -> std::io::Result<()> {
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Finding tensors by id or name, and reinterpreting their bytes as typed
 //! slices without copying.
 
+use alloc::string::{String, ToString};
 use bytemuck::{Pod, PodCastError, Zeroable};
 use stow_bundle::{Contents, DType, Tensor};
 use thiserror::Error;
@@ -270,7 +271,7 @@ pub(crate) fn check_dtype<T: Element>(t: TensorRef<'_>) -> Result<(), LookupErro
             requested: T::DTYPE,
         });
     }
-    if cfg!(target_endian = "big") && std::mem::size_of::<T>() > 1 {
+    if cfg!(target_endian = "big") && core::mem::size_of::<T>() > 1 {
         return Err(LookupError::ByteOrder { dtype: T::DTYPE });
     }
     Ok(())
@@ -319,7 +320,7 @@ pub(crate) fn cast<'b, T: Element>(
             e,
             bytes.as_ptr() as usize,
             bytes.len(),
-            std::mem::align_of::<T>(),
+            core::mem::align_of::<T>(),
         )
     })
 }
@@ -331,5 +332,5 @@ pub(crate) fn cast_mut<'b, T: Element>(
 ) -> Result<&'b mut [T], LookupError> {
     let (address, len) = (bytes.as_ptr() as usize, bytes.len());
     bytemuck::try_cast_slice_mut(bytes)
-        .map_err(|e| cast_error(t, e, address, len, std::mem::align_of::<T>()))
+        .map_err(|e| cast_error(t, e, address, len, core::mem::align_of::<T>()))
 }

@@ -2,7 +2,10 @@
 //! per parallel step, and joined when the session is dropped. Handing out
 //! a job locks a mutex and wakes a condition variable: nothing is
 //! allocated per job, so a run stays allocation-free with threads too.
+//!
+//! Needs `std`; `serial.rs` stands in for it without.
 
+use crate::session::SessionError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -52,7 +55,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// Starts `threads − 1` workers.
-    pub(crate) fn new(threads: usize) -> std::io::Result<Pool> {
+    pub(crate) fn new(threads: usize) -> Result<Pool, SessionError> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 generation: 0,
@@ -72,7 +75,8 @@ impl Pool {
             let shared = pool.shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("stow-worker-{share}"))
-                .spawn(move || work(&shared, share))?;
+                .spawn(move || work(&shared, share))
+                .map_err(SessionError::Spawn)?;
             pool.workers.push(handle);
         }
         // One empty job: returns once every worker runs, so what a thread
@@ -84,6 +88,12 @@ impl Pool {
     /// Shares a job is split into (workers + the caller).
     pub(crate) fn parts(&self) -> usize {
         self.workers.len() + 1
+    }
+
+    /// Calls `job(0)` on this thread alone (a step that does not split);
+    /// false when it panicked.
+    pub(crate) fn run_here(&self, job: &(dyn Fn(usize) + Sync + '_)) -> bool {
+        catch_unwind(AssertUnwindSafe(|| job(0))).is_ok()
     }
 
     /// Calls `job(i)` for every share `i` in `0..parts()`, share 0 on this
@@ -116,6 +126,28 @@ impl Pool {
         }
         s.job = None;
         mine && !s.panicked
+    }
+}
+
+/// Where the shares of a step leave a failure (the last one written is
+/// kept: any one is enough to stop the run).
+pub(crate) struct Slot<T>(Mutex<Option<T>>);
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot(Mutex::new(None))
+    }
+}
+
+impl<T> Slot<T> {
+    pub(crate) fn set(&self, value: T) {
+        // A share never panics while holding the lock, so a poisoned lock
+        // still holds a whole value.
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+    }
+
+    pub(crate) fn take(self) -> Option<T> {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 }
 

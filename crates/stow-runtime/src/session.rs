@@ -6,10 +6,12 @@
 use crate::arena::{Arena, ArenaError};
 use crate::kernels::{self, cells::typed, Failure, Operand, Step, Views};
 use crate::lookup::{Element, LookupError, TensorKey};
-use crate::pool::Pool;
-use crate::Bundle;
-use std::cell::Cell;
-use std::sync::Mutex;
+use crate::pool::{Pool, Slot};
+use crate::{shown, Bundle, BundlePath};
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use alloc::{format, vec};
+use core::cell::Cell;
 use thiserror::Error;
 
 /// An operator the runtime cannot run, and why.
@@ -32,10 +34,10 @@ pub enum SessionError {
     #[error(transparent)]
     Arena(#[from] ArenaError),
     /// Operators without a kernel (every one is listed).
-    #[error("{}: {} operator(s) cannot run:{}", path.display(), ops.len(), list(ops))]
+    #[error("{}: {} operator(s) cannot run:{}", shown(path), ops.len(), list(ops))]
     Unsupported {
         /// The bundle.
-        path: std::path::PathBuf,
+        path: BundlePath,
         /// Each operator and why.
         ops: Vec<UnsupportedOp>,
     },
@@ -43,8 +45,17 @@ pub enum SessionError {
     #[error("a session needs at least one thread")]
     NoThreads,
     /// A worker thread could not be started.
+    #[cfg(feature = "std")]
     #[error("cannot start a worker thread: {0}")]
     Spawn(#[source] std::io::Error),
+    /// More than one thread was asked for in a build without `std`, which
+    /// has no threads.
+    #[cfg(not(feature = "std"))]
+    #[error("{threads} threads asked for, but this build has none (feature `std` is off): use 1")]
+    NoThreadSupport {
+        /// Threads asked for.
+        threads: usize,
+    },
     /// An input was given with the wrong size or type.
     #[error(transparent)]
     Lookup(#[from] LookupError),
@@ -166,13 +177,13 @@ impl<T> Shared<T> {
         // impl for why views on several threads do not race.
         #[allow(unsafe_code)]
         unsafe {
-            std::slice::from_raw_parts(self.ptr.add(start).cast::<Cell<T>>(), len)
+            core::slice::from_raw_parts(self.ptr.add(start).cast::<Cell<T>>(), len)
         }
     }
 }
 
-impl std::fmt::Debug for Session<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Session")
             .field("bundle", &self.bundle.path())
             .field("steps", &self.steps.len())
@@ -268,7 +279,7 @@ impl<'b> Session<'b> {
         }
         if !unsupported.is_empty() {
             return Err(SessionError::Unsupported {
-                path: bundle.path().to_path_buf(),
+                path: bundle.path_owned(),
                 ops: unsupported,
             });
         }
@@ -287,7 +298,7 @@ impl<'b> Session<'b> {
             arena: arena()?,
             scratch,
             scratch_per,
-            pool: Pool::new(threads).map_err(SessionError::Spawn)?,
+            pool: Pool::new(threads)?,
         })
     }
 
@@ -359,7 +370,7 @@ impl<'b> Session<'b> {
         let arena = Shared::new(self.arena.bytes_mut());
         let scratch = Shared::new(self.scratch.as_mut_slice());
         for (i, step) in self.steps.iter().enumerate() {
-            let failure: Mutex<Option<Failure>> = Mutex::new(None);
+            let failure: Slot<Failure> = Slot::default();
             let share = |part: usize| {
                 let views = Views {
                     arena: arena.cells(0, arena.len),
@@ -373,19 +384,20 @@ impl<'b> Session<'b> {
                 };
                 if scratch.len() < step.scratch {
                     let id = step.outputs.first().map_or(0, |o| o.id);
-                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(Failure::View(id));
+                    failure.set(Failure::View(id));
                     return;
                 }
                 if let Err(f) = kernels::run_part(step, &views, scratch, part, parts) {
-                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+                    failure.set(f);
                 }
             };
             let finished = if parts > 1 && kernels::splits(&step.kernel) {
                 self.pool.run(&share)
             } else {
                 // Setup's checks should make a panic impossible; if one
-                // slips through, it is an error of this run, not an abort.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| share(0))).is_ok()
+                // slips through, it is an error of this run, not an abort
+                // (with `std`; without it, the device's panic handler).
+                self.pool.run_here(&share)
             };
             let name = || contents.ops[i].name.clone();
             if !finished {
@@ -394,7 +406,7 @@ impl<'b> Session<'b> {
                     name: name(),
                 });
             }
-            match failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            match failure.take() {
                 None => {}
                 Some(Failure::View(tensor)) => {
                     return Err(RunError::View {

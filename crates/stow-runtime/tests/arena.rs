@@ -1,4 +1,6 @@
 //! The activation arena: one aligned allocation, tensor views inside it.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! `examples/c/inspect.c` prints the same sections and tensor table as
 //! `stow inspect`, from plain C and `stow_bundle.h`. Skipped with a note
 //! when there is no C compiler (`$CC` or `cc`) or no `stow` binary.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

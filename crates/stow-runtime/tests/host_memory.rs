@@ -1,5 +1,7 @@
 //! `Bundle::release_host_pages`: the weight pages leave the resident set,
 //! and the weights stay readable and unchanged.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! operator attributes were altered (valid bundles otherwise) are refused
 //! by `Session::new` or run to completion, and a kernel never panics (a
 //! panic would surface as `RunError::Panicked`).
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! workers: a counting global allocator (which sees every thread) watches
 //! runs of every testdata model. This file holds one
 //! test so that no other test thread allocates while it counts.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

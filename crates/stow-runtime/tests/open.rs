@@ -1,4 +1,6 @@
 //! Opening bundles from disk.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 use stow_bundle::format::kind;
 use stow_bundle::testing::{sample, sample_bytes, section_range, with_assigned_offsets};

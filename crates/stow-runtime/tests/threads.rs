@@ -1,6 +1,8 @@
 //! Splitting kernels between threads changes nothing in the results: each
 //! output element is computed by one thread in the same order, so runs
 //! with 1, 2 and 3 threads give the same bytes.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! Typed zero-copy weight views and tensor lookups.
+// Opens bundles from files (`Bundle::open`): a `std` feature API.
+#![cfg(feature = "std")]
 
 mod common;
 

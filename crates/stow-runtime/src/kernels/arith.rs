@@ -4,6 +4,7 @@
 //! the width, out-of-range conversions).
 
 use super::elementwise;
+use super::float::Float;
 use super::layout::Walk;
 use super::run::{Failure, Views};
 use super::{BinOp, Operand};
@@ -131,11 +132,11 @@ fn float_binary<F>(
 where
     F: bytemuck::Pod
         + PartialOrd
-        + std::ops::Add<Output = F>
-        + std::ops::Sub<Output = F>
-        + std::ops::Mul<Output = F>
-        + std::ops::Div<Output = F>
-        + std::ops::Rem<Output = F>,
+        + core::ops::Add<Output = F>
+        + core::ops::Sub<Output = F>
+        + core::ops::Mul<Output = F>
+        + core::ops::Div<Output = F>
+        + core::ops::Rem<Output = F>,
 {
     use elementwise::binary as run;
     use BinOp::*;
@@ -176,8 +177,8 @@ pub(super) fn binary_run(
     use elementwise::binary as run;
     use BinOp::*;
     match x.dtype {
-        DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, f32::powf)?,
-        DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, f64::powf)?,
+        DType::F32 => float_binary::<f32>(v, b, walk, x, y, o, Float::powf)?,
+        DType::F64 => float_binary::<f64>(v, b, walk, x, y, o, Float::powf)?,
         DType::I8 => int_binary::<i8>(v, b, walk, x, y, o)?,
         DType::I16 => int_binary::<i16>(v, b, walk, x, y, o)?,
         DType::I32 => int_binary::<i32>(v, b, walk, x, y, o)?,

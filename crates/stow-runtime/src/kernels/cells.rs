@@ -10,15 +10,15 @@
 //! read before it is written at the same index).
 
 use bytemuck::Pod;
-use std::cell::Cell;
+use core::cell::Cell;
 
 /// Reinterprets `bytes[offset..offset + len * size_of::<T>()]` as cells of
 /// `T`. `None` when the range is out of bounds or misaligned for `T`.
 pub fn typed<T: Pod>(bytes: &[Cell<u8>], offset: usize, len: usize) -> Option<&[Cell<T>]> {
-    let size = std::mem::size_of::<T>();
+    let size = core::mem::size_of::<T>();
     let end = len.checked_mul(size)?.checked_add(offset)?;
     let range = bytes.get(offset..end)?;
-    if !(range.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+    if !(range.as_ptr() as usize).is_multiple_of(core::mem::align_of::<T>()) {
         return None;
     }
     let ptr = range.as_ptr().cast::<Cell<T>>();
@@ -31,7 +31,7 @@ pub fn typed<T: Pod>(bytes: &[Cell<u8>], offset: usize, len: usize) -> Option<&[
     // and neither type hands out references into its contents, so no `&T`
     // can observe a write made through the other view.
     #[allow(unsafe_code)]
-    Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    Some(unsafe { core::slice::from_raw_parts(ptr, len) })
 }
 
 /// A read-only operand: a weight borrowed from the mapping or a tensor in
@@ -130,9 +130,9 @@ pub fn zip_row<T: Copy, U: Copy>(
     let mut j = 0;
     while j + LANES <= n {
         let (o, x, y) = (&out[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
-        let x: [T; LANES] = std::array::from_fn(|i| x.load(i));
-        let y: [T; LANES] = std::array::from_fn(|i| y.load(i));
-        let r: [U; LANES] = std::array::from_fn(|i| f(x[i], y[i]));
+        let x: [T; LANES] = core::array::from_fn(|i| x.load(i));
+        let y: [T; LANES] = core::array::from_fn(|i| y.load(i));
+        let r: [U; LANES] = core::array::from_fn(|i| f(x[i], y[i]));
         for i in 0..LANES {
             o[i].set(r[i]);
         }
@@ -150,8 +150,8 @@ pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T)
     let mut j = 0;
     while j + LANES <= n {
         let (o, x) = (&out[j..j + LANES], a.sub(j, LANES));
-        let x: [T; LANES] = std::array::from_fn(|i| x.load(i));
-        let r: [U; LANES] = std::array::from_fn(|i| f(x[i]));
+        let x: [T; LANES] = core::array::from_fn(|i| x.load(i));
+        let r: [U; LANES] = core::array::from_fn(|i| f(x[i]));
         for i in 0..LANES {
             o[i].set(r[i]);
         }

@@ -7,8 +7,9 @@
 use super::cells::Src;
 use super::run::{Failure, Views};
 use super::Operand;
+use alloc::{format, string::String, vec::Vec};
+use core::cell::Cell;
 use half::f16;
-use std::cell::Cell;
 use stow_bundle::DType;
 
 /// At most this many axes in a summation, and operands.
@@ -38,7 +39,7 @@ impl Contraction {
         if in_axes.len() != inputs.len() || in_axes.len() > MAX_OPERANDS {
             return Err(format!("`{expr}` for {} operands", inputs.len()));
         }
-        let mut size = std::collections::BTreeMap::<char, usize>::new();
+        let mut size = alloc::collections::BTreeMap::<char, usize>::new();
         let all = in_axes.iter().zip(inputs).chain([(&out_axes, &output)]);
         for (axes, shape) in all {
             if axes.len() != shape.len() {

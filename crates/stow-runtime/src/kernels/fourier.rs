@@ -12,10 +12,12 @@
 
 use super::cells::Src;
 use super::contract::Real;
+use super::float::Float;
 use super::nn::AroundAxis;
 use super::{Kernel, Operand};
-use std::cell::Cell;
-use std::f64::consts::TAU;
+use alloc::{format, string::String};
+use core::cell::Cell;
+use core::f64::consts::TAU;
 use stow_bundle::DType;
 
 /// Up to this length the direct sum is as fast as the FFT's passes and
@@ -115,7 +117,7 @@ fn radix2<T: Real>(x: Src<'_, T>, out: &[Cell<T>], base: usize, n: usize, stride
 }
 
 fn cis(angle: f64) -> (f64, f64) {
-    (angle.cos(), angle.sin())
+    (Float::cos(angle), Float::sin(angle))
 }
 
 /// Prepares the transform along `axis` of a tensor whose last axis holds
@@ -169,6 +171,7 @@ pub(super) fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     /// The definition, term by term with fresh sines and cosines.
     fn reference(x: &[f64], n: usize, inverse: bool) -> Vec<f64> {

@@ -13,7 +13,8 @@
 //! compiler planned into the arena (`scratch_elems` is their size).
 
 use super::cells::Load;
-use std::cell::Cell;
+use super::float::Float;
+use core::cell::Cell;
 
 /// Rows of the micro-kernel's tile.
 pub const MR: usize = 6;
@@ -34,7 +35,7 @@ fn round_up(x: usize, to: usize) -> usize {
 
 /// Columns of C thread `part` of `parts` computes: consecutive ranges of
 /// whole `NR`-column panels.
-pub fn share(n: usize, part: usize, parts: usize) -> std::ops::Range<usize> {
+pub fn share(n: usize, part: usize, parts: usize) -> core::ops::Range<usize> {
     let panels = n.div_ceil(NR);
     let per = panels.div_ceil(parts.max(1));
     let start = (part * per * NR).min(n);
@@ -214,7 +215,7 @@ pub fn gemm_cols(
     b: &impl PackB,
     c: &Dst<'_>,
     scratch: &[Cell<f32>],
-    cols: std::ops::Range<usize>,
+    cols: core::ops::Range<usize>,
 ) {
     let end = cols.end.min(n);
     if m == 0 || k == 0 || cols.start >= end {
@@ -270,12 +271,12 @@ pub fn gemm_cols(
 fn tile_product<const FMA: bool>(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
     let mut acc = [[0f32; NR]; MR];
     for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
-        let bv: [f32; NR] = std::array::from_fn(|j| bv[j].get());
+        let bv: [f32; NR] = core::array::from_fn(|j| bv[j].get());
         for (row, ai) in acc.iter_mut().zip(av) {
             let ai = ai.get();
             for (acc, bj) in row.iter_mut().zip(bv) {
                 *acc = if FMA {
-                    ai.mul_add(bj, *acc)
+                    Float::mul_add(ai, bj, *acc)
                 } else {
                     *acc + ai * bj
                 };
@@ -285,9 +286,16 @@ fn tile_product<const FMA: bool>(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) ->
     acc
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
 fn fma_available() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+// Without std there is no run-time detection: the features the crate is
+// compiled for decide (`-C target-feature=+avx2,+fma`).
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+fn fma_available() -> bool {
+    cfg!(all(target_feature = "avx2", target_feature = "fma"))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -317,6 +325,7 @@ fn micro_kernel(fma: bool, kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     fn naive(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
         let mut c = vec![0f32; m * n];

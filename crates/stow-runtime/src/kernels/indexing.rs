@@ -11,8 +11,9 @@ use super::cells::Src;
 use super::layout::{strides_of, MAX_RANK};
 use super::prepare::{arity, attr_int, attr_text, want};
 use super::{Failure, Kernel, Loc, Operand, Views};
+use alloc::{format, string::String, vec::Vec};
 use bytemuck::Pod;
-use std::cell::Cell;
+use core::cell::Cell;
 use stow_bundle::{AttrValue, DType, Op};
 
 /// How a scatter combines an update with the value already there.
@@ -492,7 +493,7 @@ fn gather_nd(
 
 /// A value of `T` from the low bytes of `bits`.
 fn from_bits<T: Pod>(bits: u64) -> T {
-    bytemuck::pod_read_unaligned(&bits.to_le_bytes()[..std::mem::size_of::<T>()])
+    bytemuck::pod_read_unaligned(&bits.to_le_bytes()[..core::mem::size_of::<T>()])
 }
 
 fn copy<T: Copy>(data: Src<'_, T>, out: &[Cell<T>]) {
@@ -628,6 +629,7 @@ impl GatherNd {
 mod tests {
     use super::super::{run_part, Step};
     use super::*;
+    use alloc::string::ToString;
 
     /// xorshift64*: reproducible inputs without a dependency.
     struct Rng(u64);
@@ -708,7 +710,7 @@ mod tests {
             }
         }
 
-        fn range(&self, i: usize) -> std::ops::Range<usize> {
+        fn range(&self, i: usize) -> core::ops::Range<usize> {
             let o = &self.operands[i];
             let Loc::Arena(at) = o.loc else {
                 unreachable!()

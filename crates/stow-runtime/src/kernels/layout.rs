@@ -1,6 +1,8 @@
 //! Shapes, strides and the walk over the rows of several strided operands
 //! at once, shared by the element-wise and data-movement kernels.
 
+use alloc::{vec, vec::Vec};
+
 /// Highest rank a kernel walks (after merging dimensions).
 pub const MAX_RANK: usize = 8;
 
@@ -55,7 +57,7 @@ impl<const K: usize> Walk<K> {
             if d == 1 {
                 continue;
             }
-            let s: [usize; K] = std::array::from_fn(|k| strides[k][i]);
+            let s: [usize; K] = core::array::from_fn(|k| strides[k][i]);
             if let (Some(ld), Some(ls)) = (out_dims.last_mut(), out_strides.last_mut()) {
                 if (0..K).all(|k| ls[k] == s[k] * d) {
                     *ld *= d;

@@ -4,7 +4,7 @@
 use super::cells::{zip_row, Load, Src};
 use super::gemm::{self, Dst, PackB, Strided, NR};
 use super::nn::Window;
-use std::cell::Cell;
+use core::cell::Cell;
 
 /// A convolution's shape: `groups` groups of `out_per_group` output and
 /// `in_per_group` input channels per image, over [`Window`] geometry (its
@@ -81,8 +81,9 @@ impl<L: Load<f32>> PackB for Im2col<L> {
                 let j = j0 + c0 + c;
                 if j < n {
                     let o = [j / (oh * ow), j / ow % oh, j % ow];
-                    *pos =
-                        std::array::from_fn(|a| (o[a] * w.strides[a]) as isize - w.pad[a] as isize);
+                    *pos = core::array::from_fn(|a| {
+                        (o[a] * w.strides[a]) as isize - w.pad[a] as isize
+                    });
                 }
             }
             for (p, o) in out.chunks_exact(NR).enumerate() {
@@ -90,7 +91,7 @@ impl<L: Load<f32>> PackB for Im2col<L> {
                 let k = [tap / (kh * kw) % kd, tap / kw % kh, tap % kw];
                 let ch = tap / (kd * kh * kw);
                 let plane = self.base + ch * w.input_plane();
-                let d: [isize; 3] = std::array::from_fn(|a| (k[a] * w.dilations[a]) as isize);
+                let d: [isize; 3] = core::array::from_fn(|a| (k[a] * w.dilations[a]) as isize);
                 for (cell, c) in o.iter().zip(&corner) {
                     let (z, y, x) = (c[0] + d[0], c[1] + d[1], c[2] + d[2]);
                     let inside =
@@ -122,7 +123,7 @@ pub(crate) fn fill_bias(
     s: &ConvShape,
     bias: Option<Src<'_, f32>>,
     out: &[Cell<f32>],
-    cols: std::ops::Range<usize>,
+    cols: core::ops::Range<usize>,
 ) {
     let channels = s.groups * s.out_per_group;
     let n = s.n();
@@ -218,7 +219,7 @@ fn depthwise(
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
-    planes: std::ops::Range<usize>,
+    planes: core::ops::Range<usize>,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;

@@ -36,6 +36,7 @@ pub use prepare::{
 };
 pub use run::{run_part, splits, Failure, Views};
 
+use alloc::vec::Vec;
 use elementwise::Unary;
 use layout::Walk;
 use linalg::ConvShape;

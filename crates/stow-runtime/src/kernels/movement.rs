@@ -4,7 +4,7 @@
 
 use super::cells::{map_row, Load, Src};
 use super::layout::{Walk, MAX_RANK};
-use std::cell::Cell;
+use core::cell::Cell;
 
 /// Copies through `walk` (operands: destination, source), adding the base
 /// offsets.

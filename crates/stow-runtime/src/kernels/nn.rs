@@ -5,7 +5,8 @@
 use super::cells::{Load, Src};
 use super::float::Float;
 use super::layout::Walk;
-use std::cell::Cell;
+use alloc::vec::Vec;
+use core::cell::Cell;
 use stow_bundle::DType;
 
 /// A tensor seen as `outer × n × inner` around one axis.

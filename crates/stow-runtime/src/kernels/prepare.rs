@@ -3,10 +3,13 @@
 //! cannot run. Everything that allocates or can fail on the bundle's
 //! contents happens here.
 
+use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::linalg::ConvShape;
 use super::nn::{self, AroundAxis, Pool, Reducer, Window};
 use super::{gemm, BinOp, Kernel, Loc, MatMul, Operand, Unary};
+use alloc::string::{String, ToString};
+use alloc::{format, vec, vec::Vec};
 use stow_bundle::{AttrValue, Contents, DType, Op, Region};
 
 /// A strided copy from input 0 (no scratch).
@@ -957,7 +960,7 @@ fn resize_kernel(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<K
         for x in 0..len_out {
             let x_in = source_coordinate(mode, x, scale, len_in, len_out)
                 .ok_or_else(|| format!("coordinate transformation {mode}"))?;
-            let cell = x_in.ceil() - 1.0;
+            let cell = Float::ceil(x_in) - 1.0;
             let r = x_in - cell;
             let w = if linear {
                 [
@@ -1104,7 +1107,7 @@ fn window(op: &Op, input: &[usize], output: &[usize]) -> Result<(Window, bool), 
     })?;
     // 1-d and 2-d ops run as 3-d ones with leading dimensions of 1.
     let two = |v: &[usize], one: usize| -> [usize; 3] {
-        std::array::from_fn(|a| {
+        core::array::from_fn(|a| {
             if a + spatial < 3 {
                 one
             } else {
@@ -1215,7 +1218,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
         })?;
     }
     let strides = ops.map(|o| strides_of(&o.shape));
-    let mut size = std::collections::BTreeMap::<char, usize>::new();
+    let mut size = alloc::collections::BTreeMap::<char, usize>::new();
     for (ax, o) in axes.iter().zip(ops) {
         for (&c, &d) in ax.iter().zip(&o.shape) {
             let e = size.entry(c).or_insert(d);

@@ -40,12 +40,14 @@
 
 use super::cells::Src;
 use super::contract::{self, Contraction};
+use super::float::Float;
 use super::layout::strides_of;
 use super::linalg::ConvShape;
 use super::prepare::{attr_text, conv_shape, want};
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
-use std::cell::Cell;
+use alloc::{format, string::String, vec::Vec};
+use core::cell::Cell;
 use stow_bundle::{DType, Op};
 
 /// The nine inputs, in tract's order.
@@ -285,7 +287,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, Strin
 /// output scale over a zero product) gives 0.
 pub fn requantize(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
     let y = f64::from(acc) * f64::from(scale) + f64::from(zero);
-    y.round_ties_even().clamp(lo.into(), hi.into()) as i32
+    Float::round_ties_even(y).clamp(lo.into(), hi.into()) as i32
 }
 
 /// The combined scale, in f32 as ONNX's reference computes it.
@@ -547,7 +549,7 @@ fn conv_loop<X: Narrow, W: Narrow>(
                 let at = [pos / (oh * ow), pos / ow % oh, pos % ow];
                 // Taps that land inside the image; the padding holds a's
                 // zero point and adds nothing.
-                let span: [(usize, usize); 3] = std::array::from_fn(|d| win.taps(d, at[d]));
+                let span: [(usize, usize); 3] = core::array::from_fn(|d| win.taps(d, at[d]));
                 let b0 = q.b0(o);
                 let mut acc = 0i32;
                 for ic in 0..s.in_per_group {

@@ -3,8 +3,10 @@
 //! DynamicQuantizeLinear.
 
 use super::cells::Src;
+use super::float::Float;
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
+use alloc::{format, string::String};
 use half::f16;
 use stow_bundle::DType;
 
@@ -20,7 +22,7 @@ fn range_u8(src: Src<'_, f32>) -> (f32, u8) {
     let scale = (hi - lo) / 255.0;
     // An all-zero tensor has scale 0: its zero point and values are 0
     // (NaN saturates to 0 in the casts).
-    let zero = (-lo / scale).round_ties_even().clamp(0.0, 255.0) as u8;
+    let zero = Float::round_ties_even(-lo / scale).clamp(0.0, 255.0) as u8;
     (scale, zero)
 }
 
@@ -28,7 +30,7 @@ fn range_u8(src: Src<'_, f32>) -> (f32, u8) {
 /// values to different integers, and ONNX divides.
 #[inline(always)]
 fn quantize_u8(x: f32, scale: f32, zero: u8) -> u8 {
-    ((x / scale).round_ties_even() as i32 + i32::from(zero)).clamp(0, 255) as u8
+    (Float::round_ties_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
 }
 
 /// ONNX DynamicQuantizeLinear: outputs the quantized tensor, its scale and
@@ -96,7 +98,7 @@ quantized!(u8, i8, u16, i16, i32);
 /// `quantize_u8`).
 #[inline(always)]
 fn quantize_one<T: Quantized>(x: f32, scale: f32, zero: T) -> T {
-    T::from_integral(((x / scale).round_ties_even() + zero.to_f32()).clamp(T::LO, T::HI))
+    T::from_integral((Float::round_ties_even(x / scale) + zero.to_f32()).clamp(T::LO, T::HI))
 }
 
 fn quantize_typed<T: Quantized>(
@@ -248,6 +250,7 @@ pub(super) fn prepare_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     /// The ONNX operator documentation's examples.
     #[test]

@@ -4,10 +4,11 @@
 //! or two followed by one of these.
 
 use super::cells::Load;
-use std::cell::Cell;
+use super::float::Float;
+use core::cell::Cell;
 
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + Float::exp(-x))
 }
 
 /// One LSTM step's gates: `pre` holds rows of `[i, o, f, c̃]`
@@ -27,10 +28,10 @@ pub fn lstm_epilogue(
             let input = sigmoid(pre.load(p + j));
             let output = sigmoid(pre.load(p + hidden + j));
             let forget = sigmoid(pre.load(p + 2 * hidden + j));
-            let candidate = pre.load(p + 3 * hidden + j).tanh();
+            let candidate = Float::tanh(pre.load(p + 3 * hidden + j));
             let c = forget * c_prev.load(s + j) + input * candidate;
             c_out[s + j].set(c);
-            h_out[s + j].set(output * c.tanh());
+            h_out[s + j].set(output * Float::tanh(c));
         }
     }
 }
@@ -52,7 +53,7 @@ pub fn gru_epilogue(
             let update = sigmoid(xh.load(g + j) + rh.load(g + j));
             let reset = sigmoid(xh.load(g + hidden + j) + rh.load(g + hidden + j));
             let candidate =
-                (xh.load(g + 2 * hidden + j) + reset * rh.load(g + 2 * hidden + j)).tanh();
+                Float::tanh(xh.load(g + 2 * hidden + j) + reset * rh.load(g + 2 * hidden + j));
             let previous = h_prev.load(s + j);
             h_out[s + j].set(candidate + update * (previous - candidate));
         }

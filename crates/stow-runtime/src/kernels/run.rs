@@ -2,12 +2,13 @@
 //! and the dispatch to the kernels. Nothing here allocates.
 
 use super::cells::{self, typed, Src};
+use super::float::Float;
 use super::layout::Walk;
 use super::{
     arith, contract, elementwise, gemm, linalg, movement, nn, quant, recurrent, Kernel, Loc,
     MatMul, Operand, Step,
 };
-use std::cell::Cell;
+use core::cell::Cell;
 use stow_bundle::DType;
 
 /// Why a step failed while running.
@@ -142,7 +143,7 @@ pub fn run_part(
             crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
                 v.dst(&outs[0])?,
                 x,
-                |x: f32| x.powf(e)
+                |x: f32| Float::powf(x, e)
             ))
         }
         Kernel::Cast => arith::cast(v, &ins[0], &outs[0])?,
@@ -434,7 +435,7 @@ fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
     (a, oa, sa): (A, usize, usize),
     (b, ob, [bk, bn]): (B, usize, [usize; 2]),
     c: &gemm::Dst<'_>,
-    cols: std::ops::Range<usize>,
+    cols: core::ops::Range<usize>,
 ) {
     const W: usize = 8;
     if sa == 1 && bk == 1 {

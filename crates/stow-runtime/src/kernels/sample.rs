@@ -3,9 +3,11 @@
 //! (each value scaled by the energy of its neighbouring channels).
 
 use super::cells::{Load, Src};
+use super::float::Float;
 use super::nn::AroundAxis;
 use super::{Kernel, Operand};
-use std::cell::Cell;
+use alloc::{format, string::String, vec};
+use core::cell::Cell;
 use stow_bundle::DType;
 
 /// How GridSample interpolates between input positions.
@@ -80,7 +82,7 @@ fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
     } else {
         return x;
     };
-    let n = (dx / range).floor();
+    let n = Float::floor(dx / range);
     let r = dx - n * range;
     if (n % 2.0 == 0.0) == from_low {
         lo + r
@@ -119,7 +121,7 @@ impl GridSample {
             ((g + 1.0) * size - 1.0) / 2.0
         };
         if self.interpolation == Interpolation::Nearest {
-            x = x.round_ties_even();
+            x = Float::round_ties_even(x);
         }
         let (lo, hi) = self.bounds(d);
         // Only coordinates beyond the bounds move: a cubic read between
@@ -143,7 +145,7 @@ impl GridSample {
             };
             i as usize * stride
         };
-        let floor = x.floor();
+        let floor = Float::floor(x);
         let (i, t) = (floor as i64, x - floor);
         match self.interpolation {
             Interpolation::Nearest => Taps {
@@ -311,10 +313,10 @@ impl Lrn {
                 for c in 0..n {
                     let hi = c.saturating_add(after).min(n - 1);
                     let sq: f32 = (c.saturating_sub(before)..=hi)
-                        .map(|j| x.load(base + j * inner).powi(2))
+                        .map(|j| Float::powi(x.load(base + j * inner), 2))
                         .sum();
                     let v = x.load(base + c * inner);
-                    out[base + c * inner].set(v / (self.bias + scale * sq).powf(self.beta));
+                    out[base + c * inner].set(v / Float::powf(self.bias + scale * sq, self.beta));
                 }
             }
         }
@@ -368,6 +370,7 @@ pub(super) fn lrn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     /// A deterministic generator of values in [0, 1).
     struct Rng(u64);

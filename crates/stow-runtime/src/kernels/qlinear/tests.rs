@@ -4,6 +4,7 @@
 
 use super::super::{run_part, Loc, Step};
 use super::*;
+use alloc::string::ToString;
 use stow_bundle::AttrValue;
 
 /// xorshift64*: reproducible inputs without a dependency.
