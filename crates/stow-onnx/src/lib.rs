@@ -29,6 +29,8 @@ mod inputs;
 mod load;
 mod order;
 mod patching;
+mod qoperator;
+mod qops;
 mod quantize;
 mod recurrent;
 mod refusals;

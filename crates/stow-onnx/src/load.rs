@@ -116,6 +116,8 @@ fn typed_model(
         let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
         crate::bind::substitute(graph, &values);
         crate::fold::fold_constant_branches(graph, &Default::default())?;
+        crate::qoperator::expand_contrib(graph)?;
+        crate::qoperator::fuse_qdq(graph);
         Ok(())
     })?;
     let model_dir = path
