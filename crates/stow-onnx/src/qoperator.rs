@@ -711,3 +711,136 @@ pub(crate) fn fuse_qdq(graph: &mut GraphProto) -> usize {
     }
     fusions
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dt: DataType, dims: &[i64], raw: Vec<u8>) -> TensorProto {
+        TensorProto {
+            name: name.into(),
+            data_type: dt as i32,
+            dims: dims.to_vec(),
+            raw_data: raw,
+            ..Default::default()
+        }
+    }
+
+    fn f32s(name: &str, v: &[f32]) -> TensorProto {
+        let dims: &[i64] = if v.len() == 1 { &[] } else { &[v.len() as i64] };
+        let raw = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        tensor(name, DataType::Float, dims, raw)
+    }
+
+    fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+        make(op, inputs, output, output.into())
+    }
+
+    /// x (u8) → DequantizeLinear → Conv (weights and bias dequantized
+    /// from constants) → QuantizeLinear → y, with the bias scale given.
+    fn qdq_conv(bias_scale: f32) -> GraphProto {
+        let mut graph = GraphProto {
+            initializer: vec![
+                f32s("xs", &[0.5]),
+                tensor("xz", DataType::Uint8, &[], vec![3]),
+                tensor("w", DataType::Int8, &[2, 1, 1, 1], vec![1, 0xfe]),
+                f32s("ws", &[0.25, 0.125]),
+                tensor("wz", DataType::Int8, &[2], vec![0, 0]),
+                tensor("b", DataType::Int32, &[2], vec![5, 0, 0, 0, 7, 0, 0, 0]),
+                f32s("bs", &[bias_scale, 0.5 * 0.125]),
+                tensor("bz", DataType::Int32, &[2], vec![0; 8]),
+                f32s("ys", &[0.1]),
+                tensor("yz", DataType::Uint8, &[], vec![9]),
+            ],
+            node: vec![
+                node("DequantizeLinear", &["x", "xs", "xz"], "xf"),
+                node("DequantizeLinear", &["w", "ws", "wz"], "wf"),
+                node("DequantizeLinear", &["b", "bs", "bz"], "bf"),
+                node("Conv", &["xf", "wf", "bf"], "c"),
+                node("QuantizeLinear", &["c", "ys", "yz"], "y"),
+            ],
+            ..Default::default()
+        };
+        for n in &mut graph.node[1..3] {
+            n.attribute.push(int("axis", 0));
+        }
+        graph.output.push(tract_onnx::pb::ValueInfoProto {
+            name: "y".into(),
+            ..Default::default()
+        });
+        graph
+    }
+
+    fn ops(graph: &GraphProto) -> Vec<&str> {
+        graph.node.iter().map(|n| n.op_type.as_str()).collect()
+    }
+
+    #[test]
+    fn a_dequantized_convolution_becomes_qlinearconv() {
+        let mut graph = qdq_conv(0.5 * 0.25);
+        assert_eq!(fuse_qdq(&mut graph), 1);
+        assert_eq!(ops(&graph), ["QLinearConv"]);
+        let conv = &graph.node[0];
+        assert_eq!(
+            conv.input,
+            ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"]
+        );
+        assert_eq!(conv.output, ["y"]);
+    }
+
+    #[test]
+    fn a_bias_in_other_units_keeps_the_float_convolution() {
+        // The quantized convolution adds the bias to the accumulator, in
+        // units of x_scale·w_scale: any other scale is another value.
+        let mut graph = qdq_conv(0.5 * 0.25 * 1.01);
+        assert_eq!(fuse_qdq(&mut graph), 0);
+        assert!(ops(&graph).contains(&"Conv"));
+    }
+
+    #[test]
+    fn a_float_result_read_elsewhere_is_not_fused() {
+        let mut graph = qdq_conv(0.5 * 0.25);
+        graph.node.push(node("Relu", &["c"], "r"));
+        assert_eq!(fuse_qdq(&mut graph), 0);
+        assert!(ops(&graph).contains(&"Conv"));
+    }
+
+    #[test]
+    fn a_dequantized_input_read_elsewhere_keeps_its_dequantize() {
+        let mut graph = qdq_conv(0.5 * 0.25);
+        graph.node.push(node("Relu", &["xf"], "r"));
+        assert_eq!(fuse_qdq(&mut graph), 1);
+        assert_eq!(ops(&graph), ["DequantizeLinear", "QLinearConv", "Relu"]);
+    }
+
+    #[test]
+    fn contrib_operators_without_int8_form_expand_to_their_definition() {
+        let mut graph = GraphProto {
+            node: vec![make(
+                "QLinearSigmoid",
+                &["x", "xs", "xz", "ys", "yz"],
+                "y",
+                "sig".into(),
+            )],
+            ..Default::default()
+        };
+        assert_eq!(expand_contrib(&mut graph).unwrap(), 1);
+        assert_eq!(
+            ops(&graph),
+            ["DequantizeLinear", "Sigmoid", "QuantizeLinear"]
+        );
+        assert_eq!(graph.node[2].output, ["y"]);
+        // Without the output's zero point its type is unknown here.
+        let mut graph = GraphProto {
+            node: vec![make(
+                "QLinearSigmoid",
+                &["x", "xs", "xz", "ys"],
+                "y",
+                "sig".into(),
+            )],
+            ..Default::default()
+        };
+        let err = expand_contrib(&mut graph).unwrap_err().to_string();
+        assert!(err.contains("sig") && err.contains("zero point"), "{err}");
+    }
+}
