@@ -667,7 +667,7 @@ def quantized_qdq(graph, shapes, seed):
 
     from onnxruntime import quantization as q
 
-    float_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    float_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     float_model.ir_version = IR_VERSION
 
     class Calibration(q.CalibrationDataReader):
@@ -746,6 +746,31 @@ def qdq_mlp():
 
 
 
+def qdq_activations():
+    """A QDQ CNN whose activations (Sigmoid, LeakyRelu, HardSwish) sit
+    between DequantizeLinear and QuantizeLinear: each becomes a 256-entry
+    look-up table on the u8 tensor."""
+    rng = np.random.default_rng(47)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c2"], ["l2"], alpha=0.2),
+        helper.make_node("Conv", ["l2", "w3", "b3"], ["c3"]),
+        helper.make_node("HardSwish", ["c3"], ["h3"]),
+        helper.make_node("GlobalAveragePool", ["h3"], ["y"]),
+    ]
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 6, 6, 3, 3), w("b2", 6),
+             w("w3", 4, 6, 1, 1), w("b3", 4)]
+    graph = helper.make_graph(nodes, "qdq_activations",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])], inits)
+    model, _ = quantized_qdq(graph, {"x": [1, 3, 10, 10]}, 53)
+    feeds = {"x": rng.uniform(-1, 1, [1, 3, 10, 10]).astype(np.float32)}
+    return model, feeds, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -758,7 +783,8 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          batchnorm_computed_statistics, input_used_for_its_shape_only,
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
-         qoperator_elementwise, qoperator_pooling, qoperator_gemm, qdq_cnn, qdq_mlp]
+         qoperator_elementwise, qoperator_pooling, qoperator_gemm, qdq_cnn, qdq_mlp,
+         qdq_activations]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

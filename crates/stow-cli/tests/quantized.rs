@@ -1,6 +1,7 @@
 //! Quantized models keep their activations quantized: the QDQ patterns
 //! of `testdata/regress/qdq_*` (made by `tools/gen_regress.py` with
-//! onnxruntime.quantization) become int8 operators, so every tensor the
+//! onnxruntime.quantization) become int8 operators and look-up tables,
+//! so every tensor the
 //! arena holds between the graph's input and output is u8 or i8, and the
 //! arena is about a quarter of the float model's. (Their values are
 //! checked against onnxruntime by `regress.rs`.)
@@ -57,4 +58,20 @@ fn qdq_mlp_activations_are_int8() {
     let model = testdata("regress/qdq_mlp/model.onnx");
     let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
     assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+}
+
+#[test]
+fn qdq_activations_become_lookup_tables_on_int8_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/qdq_activations/model.onnx");
+    let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+    let tables = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter(|o| o["op_type"] == "QLookup")
+        .count();
+    // Sigmoid, LeakyRelu and HardSwish.
+    assert_eq!(tables, 3);
 }

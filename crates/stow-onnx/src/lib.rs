@@ -27,6 +27,7 @@ mod guards;
 mod imports;
 mod inputs;
 mod load;
+mod lookup;
 mod order;
 mod patching;
 mod qoperator;

@@ -386,6 +386,8 @@ pub enum Kernel {
     QBinary(qpointwise::QBinary),
     /// Quantized global average pool with rescale.
     QGlobalPool(qpointwise::QGlobalPool),
+    /// A 256-entry table of a quantized activation.
+    QLookup,
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

@@ -558,6 +558,7 @@ pub fn prepare(
         "QLinearAdd" | "QLinearMul" => {
             super::qpointwise::prepare_binary(name == "QLinearMul", ins, outs)
         }
+        "QLookup" => super::qpointwise::prepare_lookup(ins, outs),
         "QLinearGlobalAveragePool" => {
             super::qpointwise::prepare_pool(attr_int(op, "channels_last")? != 0, ins, outs)
         }

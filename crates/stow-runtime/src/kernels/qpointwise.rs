@@ -2,7 +2,9 @@
 //! onnxruntime's `QLinearAdd`, `QLinearMul` and
 //! `QLinearGlobalAveragePool` (also what the compiler makes of a
 //! DequantizeLinear → Add/Mul/GlobalAveragePool → QuantizeLinear
-//! pattern). Every parameter is per tensor.
+//! pattern), every parameter per tensor; and `QLookup`, a 256-entry
+//! table the compiler computed for an activation between a
+//! DequantizeLinear and a QuantizeLinear.
 //!
 //! Each computes the operator's ONNX definition as the compiler's
 //! reference does, so the two agree bit for bit: dequantize
@@ -152,6 +154,51 @@ pub(super) fn prepare_pool(
         }),
         0,
     ))
+}
+
+/// Prepares `QLookup`: inputs x (u8, i8) and a table of 256 outputs.
+pub(super) fn prepare_lookup(
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    want(ins.len() == 2 && outs.len() == 1, || {
+        "a look-up table takes 2 inputs and gives 1 output".into()
+    })?;
+    let (x, table, out) = (&ins[0], &ins[1], &outs[0]);
+    want(narrow(x.dtype) && narrow(out.dtype), || {
+        format!(
+            "{} into {}; handled: u8, i8",
+            x.dtype.name(),
+            out.dtype.name()
+        )
+    })?;
+    want(table.len == 256 && table.dtype == out.dtype, || {
+        format!(
+            "a table of {} {} for a {} output; expected 256",
+            table.len,
+            table.dtype.name(),
+            out.dtype.name()
+        )
+    })?;
+    want(x.len == out.len, || "input and output sizes differ".into())?;
+    Ok((Kernel::QLookup, 0))
+}
+
+/// Runs `QLookup`: the table's entry at the input's offset from its
+/// type's first value. Bytes move as they are: the table holds the
+/// output's bytes.
+pub(super) fn lookup(v: &Views<'_>, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(), Failure> {
+    let x = Narrow::of(v, &ins[0])?;
+    let base = match ins[0].dtype {
+        DType::I8 => -128,
+        _ => 0,
+    };
+    let table = v.src::<u8>(&ins[1])?;
+    let y = v.dst::<u8>(out)?;
+    for (i, c) in y.iter().enumerate() {
+        c.set(table.at((x.at(i) - base) as usize));
+    }
+    Ok(())
 }
 
 /// A u8 or i8 operand read as i32.

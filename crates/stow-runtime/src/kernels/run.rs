@@ -374,6 +374,7 @@ pub fn run_part(
         Kernel::QConv(k) => k.run(v, ins, &outs[0])?,
         Kernel::QBinary(k) => k.run(v, ins, &outs[0])?,
         Kernel::QGlobalPool(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,
