@@ -3,9 +3,11 @@
 
 Each case is a directory in the layout of the ONNX backend test data:
 `model.onnx`, `input_N.pb`, the expected `output_N.pb`, and optionally
-`args.txt` (extra `stow compile` arguments, one per line) and
+`args.txt` (extra `stow compile` arguments, one per line),
 `f16_steps.txt` (how many f16 rounding steps an f16 output may be off,
-default 1). Expected outputs
+default 1),
+`q_steps.txt` (how many integer steps a u8/i8 output may be off,
+default 0) and other models a test reads (`float.onnx`). Expected outputs
 come from a third party, never from Stowage or tract: onnxruntime for the
 models built here, and the `onnx` package's own expected outputs for cases
 taken from its node test suite. `crates/stow-cli/tests/regress.rs` compiles
@@ -29,10 +31,11 @@ OPSET = 17
 IR_VERSION = 8
 
 
-def model_of(nodes, inputs, outputs, inits=(), value_info=(), opset=OPSET):
+def model_of(nodes, inputs, outputs, inits=(), value_info=(), opset=OPSET, domains=()):
     graph = helper.make_graph(nodes, "regress", inputs, outputs, initializer=list(inits),
                               value_info=list(value_info))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = IR_VERSION
     return model
 
@@ -556,6 +559,239 @@ def pools_valid_ceil_mode():
     return model, feeds, []
 
 
+# ------------------------------------------------------------ quantized --
+# onnxruntime's QOperator contrib operators (domain com.microsoft) and QDQ
+# models. Outputs are the quantized tensors themselves, judged in integer
+# steps (`q_steps.txt`, default 0): onnxruntime computes some operators in
+# fixed point or with a combined scale, which may round a value to the
+# neighbouring integer.
+
+MS = "com.microsoft"
+
+
+def q_param(name, value, dtype=None):
+    arr = np.asarray(value, dtype=dtype if dtype is not None else np.float32)
+    return numpy_helper.from_array(arr, name)
+
+
+def qoperator_elementwise():
+    """QLinearAdd (broadcast; u8 and i8), QLinearMul, QLinearSigmoid,
+    QLinearLeakyRelu and QLinearConcat: tract-onnx cannot load any of
+    them."""
+    rng = np.random.default_rng(19)
+    u8, i8 = TensorProto.UINT8, TensorProto.INT8
+    inits = [
+        q_param("sa", 0.05), q_param("za", 128, np.uint8),
+        q_param("sb", 0.03), q_param("zb", 100, np.uint8),
+        q_param("sc", 0.07), q_param("zc", 120, np.uint8),
+        q_param("sm", 0.09), q_param("zm", 90, np.uint8),
+        q_param("ss", 1 / 256), q_param("zs", 0, np.uint8),
+        q_param("sl", 0.04), q_param("zl", 160, np.uint8),
+        q_param("sy", 0.08), q_param("zy", 110, np.uint8),
+        q_param("si", 0.02), q_param("zi", -3, np.int8),
+        q_param("sk", 0.015), q_param("zk", 5, np.int8),
+        q_param("so", 0.03), q_param("zo", 1, np.int8),
+        numpy_helper.from_array(rng.integers(-128, 128, [3, 4]).astype(np.int8), "k"),
+    ]
+    nodes = [
+        helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["add"], domain=MS),
+        helper.make_node("QLinearMul", ["a", "sa", "za", "b", "sb", "zb", "sm", "zm"], ["mul"], domain=MS),
+        helper.make_node("QLinearSigmoid", ["a", "sa", "za", "ss", "zs"], ["sig"], domain=MS),
+        helper.make_node("QLinearLeakyRelu", ["a", "sa", "za", "sl", "zl"], ["leaky"], domain=MS, alpha=0.1),
+        helper.make_node("QLinearConcat", ["sy", "zy", "add", "sc", "zc", "mul", "sm", "zm"], ["cat"],
+                         domain=MS, axis=2),
+        helper.make_node("QLinearAdd", ["i", "si", "zi", "k", "sk", "zk", "so", "zo"], ["addi8"], domain=MS),
+    ]
+    inputs = [helper.make_tensor_value_info("a", u8, [2, 3, 4]),
+              helper.make_tensor_value_info("b", u8, [3, 4]),
+              helper.make_tensor_value_info("i", i8, [2, 3, 4])]
+    outputs = [helper.make_tensor_value_info("add", u8, [2, 3, 4]),
+               helper.make_tensor_value_info("mul", u8, [2, 3, 4]),
+               helper.make_tensor_value_info("sig", u8, [2, 3, 4]),
+               helper.make_tensor_value_info("leaky", u8, [2, 3, 4]),
+               helper.make_tensor_value_info("cat", u8, [2, 3, 8]),
+               helper.make_tensor_value_info("addi8", i8, [2, 3, 4])]
+    model = model_of(nodes, inputs, outputs, inits, domains=[MS])
+    feeds = {"a": rng.integers(0, 256, [2, 3, 4]).astype(np.uint8),
+             "b": rng.integers(0, 256, [3, 4]).astype(np.uint8),
+             "i": rng.integers(-128, 128, [2, 3, 4]).astype(np.int8)}
+    return model, feeds, []
+
+
+# onnxruntime's QLinearAdd folds the scales into two ratios before adding:
+# one of its i8 sums lands on the neighbouring integer.
+qoperator_elementwise.q_steps = 1
+
+
+def qoperator_pooling():
+    """QLinearGlobalAveragePool and QLinearAveragePool, channels first and
+    channels last."""
+    rng = np.random.default_rng(23)
+    u8 = TensorProto.UINT8
+    inits = [q_param("sx", 0.05), q_param("zx", 128, np.uint8),
+             q_param("sy", 0.01), q_param("zy", 100, np.uint8)]
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=0)
+    nodes = [
+        helper.make_node("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["gap"],
+                         domain=MS, channels_last=0),
+        helper.make_node("QLinearGlobalAveragePool", ["xt", "sx", "zx", "sy", "zy"], ["gap_nhwc"],
+                         domain=MS, channels_last=1),
+        helper.make_node("QLinearAveragePool", ["x", "sx", "zx", "sy", "zy"], ["avg"], domain=MS, **pool),
+        helper.make_node("QLinearAveragePool", ["xt", "sx", "zx", "sy", "zy"], ["avg_nhwc"], domain=MS,
+                         channels_last=1, **pool),
+    ]
+    inputs = [helper.make_tensor_value_info("x", u8, [1, 4, 5, 6]),
+              helper.make_tensor_value_info("xt", u8, [1, 5, 6, 4])]
+    outputs = [helper.make_tensor_value_info("gap", u8, [1, 4, 1, 1]),
+               helper.make_tensor_value_info("gap_nhwc", u8, [1, 1, 1, 4]),
+               helper.make_tensor_value_info("avg", u8, [1, 4, 3, 3]),
+               helper.make_tensor_value_info("avg_nhwc", u8, [1, 3, 3, 4])]
+    model = model_of(nodes, inputs, outputs, inits, domains=[MS])
+    x = rng.integers(0, 256, [1, 4, 5, 6]).astype(np.uint8)
+    return model, {"x": x, "xt": np.ascontiguousarray(x.transpose(0, 2, 3, 1))}, []
+
+
+
+def qoperator_gemm():
+    """QGemm with a quantized output (per-column weights, transposed, a
+    bias) and with a float output (alpha 0.5)."""
+    rng = np.random.default_rng(29)
+    u8 = TensorProto.UINT8
+    inits = [
+        q_param("sa", 0.04), q_param("za", 120, np.uint8),
+        numpy_helper.from_array(rng.integers(-127, 128, [5, 8]).astype(np.int8), "w"),
+        q_param("sw", rng.uniform(0.005, 0.02, 5)), q_param("zw", np.zeros(5), np.int8),
+        numpy_helper.from_array(rng.integers(-2000, 2000, [5]).astype(np.int32), "c"),
+        q_param("sy", 0.1), q_param("zy", 128, np.uint8),
+        numpy_helper.from_array(rng.integers(-127, 128, [8, 5]).astype(np.int8), "v"),
+        q_param("sv", 0.01), q_param("zv", 0, np.int8),
+    ]
+    nodes = [
+        helper.make_node("QGemm", ["a", "sa", "za", "w", "sw", "zw", "c", "sy", "zy"], ["y"],
+                         domain=MS, transB=1),
+        helper.make_node("QGemm", ["a", "sa", "za", "v", "sv", "zv", "c"], ["yf"], domain=MS, alpha=0.5),
+    ]
+    inputs = [helper.make_tensor_value_info("a", u8, [3, 8])]
+    outputs = [helper.make_tensor_value_info("y", u8, [3, 5]),
+               helper.make_tensor_value_info("yf", TensorProto.FLOAT, [3, 5])]
+    model = model_of(nodes, inputs, outputs, inits, domains=[MS])
+    return model, {"a": rng.integers(0, 256, [3, 8]).astype(np.uint8)}, []
+
+
+
+def quantized_qdq(graph, shapes, seed):
+    """The float model of `graph`, quantized statically to QDQ with
+    per-channel weights by onnxruntime.quantization (seeded calibration),
+    its output DequantizeLinear dropped so the case judges the quantized
+    output in integer steps. Returns the QDQ model and the float one."""
+    import tempfile
+
+    from onnxruntime import quantization as q
+
+    float_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    float_model.ir_version = IR_VERSION
+
+    class Calibration(q.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(seed)
+            self.batches = iter([{k: rng.uniform(-1, 1, v).astype(np.float32) for k, v in shapes.items()}
+                                 for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "qdq.onnx")
+        onnx.save(float_model, src)
+        q.quantize_static(src, dst, Calibration(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                          activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+        model = onnx.load(dst)
+    g = model.graph
+    out = g.output[0]
+    last = next(n for n in g.node if n.op_type == "DequantizeLinear" and n.output[0] == out.name)
+    g.node.remove(last)
+    for n in g.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] == last.input[0]:
+            n.output[0] = out.name
+    out.type.tensor_type.elem_type = TensorProto.UINT8
+    return model, float_model
+
+
+def qdq_cnn():
+    """A QDQ CNN (convolution, depthwise, 1x1, residual Add, global average
+    pool, flatten, dense; per-channel weights): every pattern becomes an
+    int8 operator and the activations u8 tensors (tests/quantized.rs also
+    checks the arena against float.onnx's)."""
+    rng = np.random.default_rng(31)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
+        helper.make_node("Add", ["c3", "r1"], ["s"]),
+        helper.make_node("GlobalAveragePool", ["s"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w4", "b4"], ["y"], transB=1),
+    ]
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 1, 3, 3), w("b2", 8),
+             w("w3", 8, 8, 1, 1), w("b3", 8), w("w4", 6, 8), w("b4", 6)]
+    graph = helper.make_graph(nodes, "qdq_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])], inits)
+    model, float_model = quantized_qdq(graph, {"x": [1, 3, 12, 12]}, 37)
+    feeds = {"x": rng.uniform(-1, 1, [1, 3, 12, 12]).astype(np.float32)}
+    return model, feeds, [], {}, {"float.onnx": float_model}
+
+
+
+def qdq_mlp():
+    """A QDQ MLP (MatMul with per-column weights, bias Add, Relu)."""
+    rng = np.random.default_rng(41)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["y"]),
+    ]
+    inits = [w("w1", 16, 24), w("b1", 24), w("w2", 24, 8), w("b2", 8)]
+    graph = helper.make_graph(nodes, "qdq_mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    model, _ = quantized_qdq(graph, {"x": [4, 16]}, 43)
+    feeds = {"x": rng.uniform(-1, 1, [4, 16]).astype(np.float32)}
+    return model, feeds, []
+
+
+
+def qdq_activations():
+    """A QDQ CNN whose activations (Sigmoid, LeakyRelu, HardSwish) sit
+    between DequantizeLinear and QuantizeLinear: each becomes a 256-entry
+    look-up table on the u8 tensor."""
+    rng = np.random.default_rng(47)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["c2"], ["l2"], alpha=0.2),
+        helper.make_node("Conv", ["l2", "w3", "b3"], ["c3"]),
+        helper.make_node("HardSwish", ["c3"], ["h3"]),
+        helper.make_node("GlobalAveragePool", ["h3"], ["y"]),
+    ]
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 6, 6, 3, 3), w("b2", 6),
+             w("w3", 4, 6, 1, 1), w("b3", 4)]
+    graph = helper.make_graph(nodes, "qdq_activations",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])], inits)
+    model, _ = quantized_qdq(graph, {"x": [1, 3, 10, 10]}, 53)
+    feeds = {"x": rng.uniform(-1, 1, [1, 3, 10, 10]).astype(np.float32)}
+    return model, feeds, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -568,7 +804,8 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          batchnorm_computed_statistics, input_used_for_its_shape_only,
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
-         pools_valid_ceil_mode]
+         pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
+         qdq_cnn, qdq_mlp, qdq_activations]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [
@@ -623,6 +860,12 @@ def built_case(out, make):
     if steps is not None:
         with open(os.path.join(out, make.__name__, "f16_steps.txt"), "w") as f:
             f.write(f"{steps}\n")
+    steps = getattr(make, "q_steps", None)
+    if steps is not None:
+        with open(os.path.join(out, make.__name__, "q_steps.txt"), "w") as f:
+            f.write(f"{steps}\n")
+    for name, extra in (made[4] if len(made) > 4 else {}).items():
+        onnx.save(extra, os.path.join(out, make.__name__, name))
 
 
 def compare_f16(names, expected, other, who, model=None, feeds=None):

@@ -119,6 +119,25 @@ fn f16_steps(got: &Tensor, want: &Tensor, slack: f64) -> Result<f64, String> {
     Ok(worst)
 }
 
+/// The largest difference between two integer outputs, in units.
+fn integer_steps(got: &Tensor, want: &Tensor) -> Result<i64, String> {
+    if got.datum_type() != want.datum_type() || got.shape() != want.shape() {
+        return Err(format!(
+            "{:?} {:?}, expected {:?} {:?}",
+            got.datum_type(),
+            got.shape(),
+            want.datum_type(),
+            want.shape()
+        ));
+    }
+    let (g, w) = (values(got), values(want));
+    Ok(g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs() as i64)
+        .max()
+        .unwrap_or(0))
+}
+
 fn run_case(case: &Path, threads: &str) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("case.stow");
@@ -178,6 +197,9 @@ fn run_case(case: &Path, threads: &str) -> Result<(), String> {
     let allowed_steps: f64 = std::fs::read_to_string(case.join("f16_steps.txt"))
         .map(|t| t.trim().parse().unwrap())
         .unwrap_or(1.0);
+    let allowed_q_steps: i64 = std::fs::read_to_string(case.join("q_steps.txt"))
+        .map(|t| t.trim().parse().unwrap())
+        .unwrap_or(0);
     for (ix, want) in expected.iter().enumerate() {
         let want = stow_onnx::read_tensor_file(want).unwrap();
         let got = stow_onnx::read_tensor_file(&out.join(format!("output_{ix}.pb")))
@@ -191,6 +213,20 @@ fn run_case(case: &Path, threads: &str) -> Result<(), String> {
             if steps > allowed_steps {
                 return Err(format!(
                     "output {ix} differs by {steps} f16 steps (allowed {allowed_steps})"
+                ));
+            }
+            continue;
+        }
+        if matches!(
+            want.datum_type(),
+            stow_onnx::DatumType::U8 | stow_onnx::DatumType::I8
+        ) {
+            // Quantized outputs are judged in integer steps: onnxruntime
+            // computes some quantized operators with combined scales.
+            let steps = integer_steps(&got, &want).map_err(|e| format!("output {ix}: {e}"))?;
+            if steps > allowed_q_steps {
+                return Err(format!(
+                    "output {ix} differs by {steps} quantization steps (allowed {allowed_q_steps})"
                 ));
             }
             continue;
@@ -239,6 +275,10 @@ fn the_comparison_catches_a_wrong_value() {
     assert_eq!(f16_steps(&want, &want, 0.0), Ok(0.0));
     let next = h(&[1.0 + 2f32.powi(-10), -1000.0, 0.001]);
     assert_eq!(f16_steps(&next, &want, 0.0), Ok(1.0));
+    // Quantized outputs: integer steps, not a fraction of the scale.
+    let q = |v: &[u8]| Tensor::from_shape(&[v.len()], v).unwrap();
+    assert_eq!(integer_steps(&q(&[3, 200, 7]), &q(&[3, 200, 7])), Ok(0));
+    assert_eq!(integer_steps(&q(&[4, 198, 7]), &q(&[3, 200, 7])), Ok(2));
     let far = h(&[1.0, -1001.5, 0.001]);
     assert_eq!(f16_steps(&far, &want, 0.0), Ok(3.0));
 }

@@ -252,6 +252,8 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
     } else if let Some(q) = any.downcast_ref::<crate::quantize::Dequantize>() {
         out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
+    } else if let Some(pool) = any.downcast_ref::<crate::qops::QLinearGlobalAvgPool>() {
+        out.push(("channels_last".into(), Attr::Int(pool.channels_last as i64)));
     } else if let Some(fft) = any.downcast_ref::<ops::fft::Fft>() {
         out.push(("axis".into(), Attr::Int(fft.axis as i64)));
         out.push(("inverse".into(), Attr::Int(fft.inverse as i64)));

@@ -52,6 +52,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         crate::channels::channels_first(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;
+        crate::lookup::lookup_tables(&mut model)?;
         // Last: each pass above may change which operators hold f16.
         crate::widen::widen_f16(&mut model)?;
         crate::graph::name_outputs(&mut model, &output_names)?;
@@ -120,6 +121,8 @@ fn typed_model(
         let values = crate::bind::symbol_values(graph, &options.inputs, &options.dims)?;
         crate::bind::substitute(graph, &values);
         crate::fold::fold_constant_branches(graph, &Default::default())?;
+        crate::qoperator::expand_contrib(graph)?;
+        crate::qoperator::fuse_qdq(graph);
         Ok(())
     })?;
     let model_dir = path

@@ -24,6 +24,7 @@ pub mod linalg;
 pub mod movement;
 pub mod nn;
 pub mod qlinear;
+pub mod qpointwise;
 pub mod quant;
 pub mod recurrent;
 pub mod sample;
@@ -384,6 +385,12 @@ pub enum Kernel {
     QProduct(qlinear::QProduct),
     /// Quantized convolution (`Conv` with `q_params`).
     QConv(qlinear::QConv),
+    /// Quantized element-wise addition or multiplication with rescale.
+    QBinary(qpointwise::QBinary),
+    /// Quantized global average pool with rescale.
+    QGlobalPool(qpointwise::QGlobalPool),
+    /// A 256-entry table of a quantized activation.
+    QLookup,
 }
 
 /// A prepared step: the kernel, its operands and its scratch size.

@@ -575,6 +575,13 @@ pub fn prepare(
             ))
         }
         // ONNX MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv.
+        "QLinearAdd" | "QLinearMul" => {
+            super::qpointwise::prepare_binary(name == "QLinearMul", ins, outs)
+        }
+        "QLookup" => super::qpointwise::prepare_lookup(ins, outs),
+        "QLinearGlobalAveragePool" => {
+            super::qpointwise::prepare_pool(attr_int(op, "channels_last")? != 0, ins, outs)
+        }
         "EinSum" | "Conv" if attr(op, "q_params").is_some() => {
             super::qlinear::prepare(op, ins, outs).map(|k| (k, 0))
         }

@@ -373,6 +373,9 @@ pub fn run_part(
         Kernel::GatherNd(k) => k.run(v, ins, outs)?,
         Kernel::QProduct(k) => k.run(v, ins, &outs[0])?,
         Kernel::QConv(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QBinary(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QGlobalPool(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,
         Kernel::MatMul(mm) => matmul(
             mm,
             v.src(&ins[0])?,

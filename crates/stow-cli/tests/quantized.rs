@@ -1,0 +1,77 @@
+//! Quantized models keep their activations quantized: the QDQ patterns
+//! of `testdata/regress/qdq_*` (made by `tools/gen_regress.py` with
+//! onnxruntime.quantization) become int8 operators and look-up tables,
+//! so every tensor the
+//! arena holds between the graph's input and output is u8 or i8, and the
+//! arena is about a quarter of the float model's. (Their values are
+//! checked against onnxruntime by `regress.rs`.)
+
+mod common;
+
+use common::*;
+
+/// The arena tensors of a compiled bundle that are neither graph inputs
+/// nor outputs and are not u8/i8, as `name dtype`.
+fn wide_activations(json: &serde_json::Value) -> Vec<String> {
+    json["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .filter(|t| t["region"] == "arena" && t["kind"] == "activation")
+        .filter(|t| !matches!(t["dtype"].as_str(), Some("u8" | "i8")))
+        .map(|t| format!("{} {}", t["name"], t["dtype"]))
+        .collect()
+}
+
+fn arena(json: &serde_json::Value) -> u64 {
+    json["arena_bytes"].as_u64().expect("arena_bytes")
+}
+
+#[test]
+fn qdq_cnn_activations_are_int8_and_the_arena_a_quarter_of_fp32() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = testdata("regress/qdq_cnn");
+    let quantized = compile_and_inspect(&case.join("model.onnx"), &dir.path().join("q.stow"), &[]);
+    let float = compile_and_inspect(&case.join("float.onnx"), &dir.path().join("f.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+    let (q, f) = (arena(&quantized), arena(&float));
+    assert!(
+        q * 10 <= f * 3,
+        "quantized arena {q} B is more than 0.3 of the float arena {f} B"
+    );
+    // The convolutions, the Add, the pool and the dense layer run as
+    // quantized operators, not in f32 between DequantizeLinear and
+    // QuantizeLinear.
+    let ops: Vec<&str> = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter_map(|o| o["op_type"].as_str())
+        .collect();
+    assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
+    assert!(ops.contains(&"QLinearAdd") && ops.contains(&"QLinearGlobalAveragePool"));
+}
+
+#[test]
+fn qdq_mlp_activations_are_int8() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/qdq_mlp/model.onnx");
+    let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+}
+
+#[test]
+fn qdq_activations_become_lookup_tables_on_int8_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/qdq_activations/model.onnx");
+    let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+    let tables = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter(|o| o["op_type"] == "QLookup")
+        .count();
+    // Sigmoid, LeakyRelu and HardSwish.
+    assert_eq!(tables, 3);
+}

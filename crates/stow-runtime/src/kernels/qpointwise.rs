@@ -1,0 +1,365 @@
+//! Quantized element-wise and pooling operators on u8/i8 tensors:
+//! onnxruntime's `QLinearAdd`, `QLinearMul` and
+//! `QLinearGlobalAveragePool` (also what the compiler makes of a
+//! DequantizeLinear → Add/Mul/GlobalAveragePool → QuantizeLinear
+//! pattern), every parameter per tensor; and `QLookup`, a 256-entry
+//! table the compiler computed for an activation between a
+//! DequantizeLinear and a QuantizeLinear.
+//!
+//! Each computes the operator's ONNX definition as the compiler's
+//! reference does, so the two agree bit for bit: dequantize
+//! (`(x − zero)·scale` in f32), the float operation, quantize (divide by
+//! the output scale, round half to even, add its zero point, saturate).
+//! The pool sums `x − zero` exactly in integers and takes the mean in
+//! f64, rounded to the f32 the float operator would give.
+//!
+//! | # | binary input | pool input |
+//! |---|---|---|
+//! | 0 | a (u8, i8) | x (u8, i8) |
+//! | 1 | a's scale (f32) | x's scale |
+//! | 2 | a's zero point (a's type) | x's zero point |
+//! | 3 | b (u8, i8) | the output's scale |
+//! | 4 | b's scale | the output's zero point (the output's type) |
+//! | 5 | b's zero point | |
+//! | 6 | the output's scale | |
+//! | 7 | the output's zero point (the output's type) | |
+
+use super::cells::Src;
+use super::layout::{broadcast_strides, strides_of, Walk};
+use super::prepare::want;
+use super::run::{Failure, Views};
+use super::{Kernel, Operand};
+use std::cell::Cell;
+use stow_bundle::DType;
+
+/// Addition or multiplication of the dequantized values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// `QLinearAdd`.
+    Add,
+    /// `QLinearMul`.
+    Mul,
+}
+
+/// A prepared `QLinearAdd` or `QLinearMul`.
+#[derive(Clone, Debug)]
+pub struct QBinary {
+    combine: Combine,
+    /// Over the output, with the output's, a's and b's strides.
+    walk: Walk<3>,
+}
+
+/// A prepared `QLinearGlobalAveragePool`.
+#[derive(Clone, Debug)]
+pub struct QGlobalPool {
+    /// Images.
+    batch: usize,
+    /// Channels.
+    channels: usize,
+    /// Elements of one channel's plane.
+    plane: usize,
+    /// NHWC rather than NCHW.
+    channels_last: bool,
+}
+
+fn narrow(d: DType) -> bool {
+    matches!(d, DType::U8 | DType::I8)
+}
+
+/// Checks a per-tensor (scale, zero point) pair for a quantized operand
+/// of type `dt`.
+fn parameters(
+    ins: &[Operand<'_>],
+    scale: usize,
+    zero: usize,
+    dt: DType,
+    what: &str,
+) -> Result<(), String> {
+    want(
+        ins[scale].dtype == DType::F32 && ins[scale].len == 1,
+        || format!("{what}'s scale must be one f32"),
+    )?;
+    want(ins[zero].dtype == dt && ins[zero].len == 1, || {
+        format!("{what}'s zero point must be one {}", dt.name())
+    })
+}
+
+/// Prepares `QLinearAdd` (`mul` false) or `QLinearMul`.
+pub(super) fn prepare_binary(
+    mul: bool,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    want(ins.len() == 8 && outs.len() == 1, || {
+        "a quantized Add or Mul takes 8 inputs and gives 1 output".into()
+    })?;
+    let (a, b, out) = (&ins[0], &ins[3], &outs[0]);
+    for (o, what) in [(a, "a"), (b, "b"), (out, "the output")] {
+        want(narrow(o.dtype), || {
+            format!("{what} is {}; handled: u8, i8", o.dtype.name())
+        })?;
+    }
+    parameters(ins, 1, 2, a.dtype, "a")?;
+    parameters(ins, 4, 5, b.dtype, "b")?;
+    parameters(ins, 6, 7, out.dtype, "the output")?;
+    let o = &out.shape;
+    let st = |x: &Operand<'_>| {
+        broadcast_strides(&x.shape, o)
+            .ok_or_else(|| format!("{:?} does not broadcast to the output {o:?}", x.shape))
+    };
+    let walk = Walk::new(o, [&strides_of(o), &st(a)?, &st(b)?]).ok_or("rank too large")?;
+    let combine = if mul { Combine::Mul } else { Combine::Add };
+    Ok((Kernel::QBinary(QBinary { combine, walk }), 0))
+}
+
+/// Prepares `QLinearGlobalAveragePool`.
+pub(super) fn prepare_pool(
+    channels_last: bool,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    want(ins.len() == 5 && outs.len() == 1, || {
+        "a quantized global average pool takes 5 inputs and gives 1 output".into()
+    })?;
+    let (x, out) = (&ins[0], &outs[0]);
+    want(narrow(x.dtype) && narrow(out.dtype), || {
+        format!(
+            "{} into {}; handled: u8, i8",
+            x.dtype.name(),
+            out.dtype.name()
+        )
+    })?;
+    parameters(ins, 1, 2, x.dtype, "x")?;
+    parameters(ins, 3, 4, out.dtype, "the output")?;
+    let s = &x.shape;
+    want(s.len() >= 3, || format!("input of rank {}", s.len()))?;
+    let (batch, channels) = if channels_last {
+        (s[0], s[s.len() - 1])
+    } else {
+        (s[0], s[1])
+    };
+    let plane = x.len / (batch * channels).max(1);
+    want(out.len == batch * channels, || {
+        format!(
+            "output of {} elements from {batch}×{channels} planes",
+            out.len
+        )
+    })?;
+    Ok((
+        Kernel::QGlobalPool(QGlobalPool {
+            batch,
+            channels,
+            plane,
+            channels_last,
+        }),
+        0,
+    ))
+}
+
+/// Prepares `QLookup`: inputs x (u8, i8) and a table of 256 outputs.
+pub(super) fn prepare_lookup(
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    want(ins.len() == 2 && outs.len() == 1, || {
+        "a look-up table takes 2 inputs and gives 1 output".into()
+    })?;
+    let (x, table, out) = (&ins[0], &ins[1], &outs[0]);
+    want(narrow(x.dtype) && narrow(out.dtype), || {
+        format!(
+            "{} into {}; handled: u8, i8",
+            x.dtype.name(),
+            out.dtype.name()
+        )
+    })?;
+    want(table.len == 256 && table.dtype == out.dtype, || {
+        format!(
+            "a table of {} {} for a {} output; expected 256",
+            table.len,
+            table.dtype.name(),
+            out.dtype.name()
+        )
+    })?;
+    want(x.len == out.len, || "input and output sizes differ".into())?;
+    Ok((Kernel::QLookup, 0))
+}
+
+/// Runs `QLookup`: the table's entry at the input's offset from its
+/// type's first value. Bytes move as they are: the table holds the
+/// output's bytes.
+pub(super) fn lookup(v: &Views<'_>, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(), Failure> {
+    let x = Narrow::of(v, &ins[0])?;
+    let base = match ins[0].dtype {
+        DType::I8 => -128,
+        _ => 0,
+    };
+    let table = v.src::<u8>(&ins[1])?;
+    let y = v.dst::<u8>(out)?;
+    for (i, c) in y.iter().enumerate() {
+        c.set(table.at((x.at(i) - base) as usize));
+    }
+    Ok(())
+}
+
+/// A u8 or i8 operand read as i32.
+#[derive(Clone, Copy)]
+enum Narrow<'a> {
+    U8(Src<'a, u8>),
+    I8(Src<'a, i8>),
+}
+
+impl<'a> Narrow<'a> {
+    fn of(v: &Views<'a>, o: &Operand<'a>) -> Result<Self, Failure> {
+        Ok(match o.dtype {
+            DType::U8 => Narrow::U8(v.src(o)?),
+            DType::I8 => Narrow::I8(v.src(o)?),
+            // Refused at setup.
+            _ => return Err(Failure::View(o.id)),
+        })
+    }
+
+    #[inline]
+    fn at(self, i: usize) -> i32 {
+        match self {
+            Narrow::U8(s) => s.at(i).into(),
+            Narrow::I8(s) => s.at(i).into(),
+        }
+    }
+}
+
+/// The output, u8 or i8, written from values already in its range.
+enum NarrowOut<'a> {
+    U8(&'a [Cell<u8>]),
+    I8(&'a [Cell<i8>]),
+}
+
+impl<'a> NarrowOut<'a> {
+    fn of(v: &Views<'a>, o: &Operand<'_>) -> Result<Self, Failure> {
+        Ok(match o.dtype {
+            DType::U8 => NarrowOut::U8(v.dst(o)?),
+            DType::I8 => NarrowOut::I8(v.dst(o)?),
+            _ => return Err(Failure::View(o.id)),
+        })
+    }
+
+    fn range(&self) -> (f32, f32) {
+        match self {
+            NarrowOut::U8(_) => (0.0, 255.0),
+            NarrowOut::I8(_) => (-128.0, 127.0),
+        }
+    }
+
+    #[inline]
+    fn set(&self, i: usize, y: f32) {
+        match self {
+            NarrowOut::U8(c) => c[i].set(y as u8),
+            NarrowOut::I8(c) => c[i].set(y as i8),
+        }
+    }
+}
+
+/// QuantizeLinear of one value: divides (as ONNX does, not by the
+/// reciprocal), rounds half to even, saturates.
+#[inline]
+fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
+    ((v / scale).round_ties_even() + zero).clamp(lo, hi)
+}
+
+/// One per-tensor (scale, zero point) pair.
+fn pair(v: &Views<'_>, ins: &[Operand<'_>], scale: usize) -> Result<(f32, f32), Failure> {
+    let s = v.src::<f32>(&ins[scale])?.at(0);
+    let z = Narrow::of(v, &ins[scale + 1])?.at(0);
+    Ok((s, z as f32))
+}
+
+impl QBinary {
+    /// Runs the operator over `ins` into `out`.
+    pub fn run(
+        &self,
+        v: &Views<'_>,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<(), Failure> {
+        let (a, b) = (Narrow::of(v, &ins[0])?, Narrow::of(v, &ins[3])?);
+        let ((a_s, a_z), (b_s, b_z), (c_s, c_z)) =
+            (pair(v, ins, 1)?, pair(v, ins, 4)?, pair(v, ins, 6)?);
+        let y = NarrowOut::of(v, out)?;
+        let bounds = y.range();
+        let (len, [so, sa, sb]) = self.walk.inner();
+        let combine = self.combine;
+        self.walk.rows([0; 3], |[o, ia, ib]| {
+            for k in 0..len {
+                let x = (a.at(ia + k * sa) as f32 - a_z) * a_s;
+                let w = (b.at(ib + k * sb) as f32 - b_z) * b_s;
+                let r = match combine {
+                    Combine::Add => x + w,
+                    Combine::Mul => x * w,
+                };
+                y.set(o + k * so, quantize(r, c_s, c_z, bounds));
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The quantized mean of a plane whose `x − zero` sum to `sum`.
+fn pooled(sum: i64, count: usize, x_scale: f32, y_scale: f32, y_zero: f32, b: (f32, f32)) -> f32 {
+    let mean = (sum as f64 * f64::from(x_scale) / count.max(1) as f64) as f32;
+    quantize(mean, y_scale, y_zero, b)
+}
+
+impl QGlobalPool {
+    /// Runs the pool over `ins` into `out`.
+    pub fn run(
+        &self,
+        v: &Views<'_>,
+        ins: &[Operand<'_>],
+        out: &Operand<'_>,
+    ) -> Result<(), Failure> {
+        let x = Narrow::of(v, &ins[0])?;
+        let ((x_s, x_z), (y_s, y_z)) = (pair(v, ins, 1)?, pair(v, ins, 3)?);
+        let y = NarrowOut::of(v, out)?;
+        let bounds = y.range();
+        let (c, plane) = (self.channels, self.plane);
+        let zero = x_z as i64;
+        for n in 0..self.batch {
+            for ch in 0..c {
+                // NCHW: one contiguous plane; NHWC: every c-th element.
+                let (base, step) = if self.channels_last {
+                    (n * plane * c + ch, c)
+                } else {
+                    ((n * c + ch) * plane, 1)
+                };
+                let sum: i64 = (0..plane)
+                    .map(|i| i64::from(x.at(base + i * step)) - zero)
+                    .sum();
+                y.set(n * c + ch, pooled(sum, plane, x_s, y_s, y_z, bounds));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantizing_rounds_half_to_even_and_saturates() {
+        let b = (0.0, 255.0);
+        assert_eq!(quantize(2.5, 1.0, 0.0, b), 2.0);
+        assert_eq!(quantize(3.5, 1.0, 0.0, b), 4.0);
+        assert_eq!(quantize(-7.0, 1.0, 3.0, b), 0.0);
+        assert_eq!(quantize(1e9, 0.5, 0.0, (-128.0, 127.0)), 127.0);
+    }
+
+    #[test]
+    fn the_pool_takes_the_mean_of_the_dequantized_values() {
+        // Values 10, 20, 30, 41 with zero point 10 and scale 0.5
+        // dequantize to 0, 5, 10, 15.5, mean 7.625; at output scale 0.25
+        // that is 30.5, which rounds half to even to 30, plus the output
+        // zero point 1.
+        let sum = (10 + 20 + 30 + 41) - 4 * 10;
+        assert_eq!(pooled(sum, 4, 0.5, 0.25, 1.0, (0.0, 255.0)), 31.0);
+    }
+}
