@@ -224,7 +224,7 @@ pub fn gemm_cols(
     // The blocking follows the scratch the compiler planned, which may be
     // less than `scratch_elems` where the arena had no more room, down to
     // none: then the smallest blocks pack on the stack.
-    let on_stack: [Cell<f32>; STACK_FLOATS] = std::array::from_fn(|_| Cell::new(0.0));
+    let on_stack: [Cell<f32>; STACK_FLOATS] = core::array::from_fn(|_| Cell::new(0.0));
     let scratch = if scratch.len() < (MR + NR) * k.clamp(1, KC_MIN) {
         &on_stack[..]
     } else {

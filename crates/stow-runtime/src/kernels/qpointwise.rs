@@ -25,11 +25,13 @@
 //! | 7 | the output's zero point (the output's type) | |
 
 use super::cells::Src;
+use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::prepare::want;
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
-use std::cell::Cell;
+use alloc::{format, string::String};
+use core::cell::Cell;
 use stow_bundle::DType;
 
 /// Addition or multiplication of the dequantized values.
@@ -262,7 +264,7 @@ impl<'a> NarrowOut<'a> {
 /// reciprocal), rounds half to even, saturates.
 #[inline]
 fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
-    ((v / scale).round_ties_even() + zero).clamp(lo, hi)
+    (Float::round_ties_even(v / scale) + zero).clamp(lo, hi)
 }
 
 /// One per-tensor (scale, zero point) pair.
