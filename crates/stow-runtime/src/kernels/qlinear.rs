@@ -315,31 +315,31 @@ impl Narrow for i8 {
     }
 }
 
-/// Zero points of any handled type, read as i32.
+/// A u8, i8 or i32 operand (quantized values, zero points) read as i32.
 #[derive(Clone, Copy)]
-enum ZeroPoints<'a> {
+pub(super) enum IntSrc<'a> {
     U8(Src<'a, u8>),
     I8(Src<'a, i8>),
     I32(Src<'a, i32>),
 }
 
-impl<'a> ZeroPoints<'a> {
-    fn of(v: &Views<'a>, o: &Operand<'a>) -> Result<Self, Failure> {
+impl<'a> IntSrc<'a> {
+    pub(super) fn of(v: &Views<'a>, o: &Operand<'a>) -> Result<Self, Failure> {
         Ok(match o.dtype {
-            DType::U8 => ZeroPoints::U8(v.src(o)?),
-            DType::I8 => ZeroPoints::I8(v.src(o)?),
-            DType::I32 => ZeroPoints::I32(v.src(o)?),
+            DType::U8 => IntSrc::U8(v.src(o)?),
+            DType::I8 => IntSrc::I8(v.src(o)?),
+            DType::I32 => IntSrc::I32(v.src(o)?),
             // Refused at setup.
             _ => return Err(Failure::View(o.id)),
         })
     }
 
     #[inline]
-    fn at(self, i: usize) -> i32 {
+    pub(super) fn at(self, i: usize) -> i32 {
         match self {
-            ZeroPoints::U8(s) => s.at(i).into(),
-            ZeroPoints::I8(s) => s.at(i).into(),
-            ZeroPoints::I32(s) => s.at(i),
+            IntSrc::U8(s) => s.at(i).into(),
+            IntSrc::I8(s) => s.at(i).into(),
+            IntSrc::I32(s) => s.at(i),
         }
     }
 }
@@ -396,7 +396,7 @@ struct Requant<'a> {
     bias: Src<'a, i32>,
     a0: i32,
     a_scale: f32,
-    b0: ZeroPoints<'a>,
+    b0: IntSrc<'a>,
     b_scale: Src<'a, f32>,
     c0: i32,
     c_scale: f32,
@@ -413,11 +413,11 @@ impl<'a> Requant<'a> {
         Ok(Requant {
             channels,
             bias: v.src(&ins[BIAS])?,
-            a0: ZeroPoints::of(v, &ins[A0])?.at(0),
+            a0: IntSrc::of(v, &ins[A0])?.at(0),
             a_scale: v.src::<f32>(&ins[A_SCALE])?.at(0),
-            b0: ZeroPoints::of(v, &ins[B0])?,
+            b0: IntSrc::of(v, &ins[B0])?,
             b_scale: v.src(&ins[B_SCALE])?,
-            c0: ZeroPoints::of(v, &ins[C0])?.at(0),
+            c0: IntSrc::of(v, &ins[C0])?.at(0),
             c_scale: v.src::<f32>(&ins[C_SCALE])?.at(0),
             range: out.range(),
         })

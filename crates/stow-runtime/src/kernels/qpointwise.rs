@@ -24,10 +24,10 @@
 //! | 6 | the output's scale | |
 //! | 7 | the output's zero point (the output's type) | |
 
-use super::cells::Src;
 use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::prepare::want;
+use super::qlinear::IntSrc;
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
 use alloc::{format, string::String};
@@ -190,7 +190,7 @@ pub(super) fn prepare_lookup(
 /// type's first value. Bytes move as they are: the table holds the
 /// output's bytes.
 pub(super) fn lookup(v: &Views<'_>, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(), Failure> {
-    let x = Narrow::of(v, &ins[0])?;
+    let x = IntSrc::of(v, &ins[0])?;
     let base = match ins[0].dtype {
         DType::I8 => -128,
         _ => 0,
@@ -201,32 +201,6 @@ pub(super) fn lookup(v: &Views<'_>, ins: &[Operand<'_>], out: &Operand<'_>) -> R
         c.set(table.at((x.at(i) - base) as usize));
     }
     Ok(())
-}
-
-/// A u8 or i8 operand read as i32.
-#[derive(Clone, Copy)]
-enum Narrow<'a> {
-    U8(Src<'a, u8>),
-    I8(Src<'a, i8>),
-}
-
-impl<'a> Narrow<'a> {
-    fn of(v: &Views<'a>, o: &Operand<'a>) -> Result<Self, Failure> {
-        Ok(match o.dtype {
-            DType::U8 => Narrow::U8(v.src(o)?),
-            DType::I8 => Narrow::I8(v.src(o)?),
-            // Refused at setup.
-            _ => return Err(Failure::View(o.id)),
-        })
-    }
-
-    #[inline]
-    fn at(self, i: usize) -> i32 {
-        match self {
-            Narrow::U8(s) => s.at(i).into(),
-            Narrow::I8(s) => s.at(i).into(),
-        }
-    }
 }
 
 /// The output, u8 or i8, written from values already in its range.
@@ -270,7 +244,7 @@ fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
 /// One per-tensor (scale, zero point) pair.
 fn pair(v: &Views<'_>, ins: &[Operand<'_>], scale: usize) -> Result<(f32, f32), Failure> {
     let s = v.src::<f32>(&ins[scale])?.at(0);
-    let z = Narrow::of(v, &ins[scale + 1])?.at(0);
+    let z = IntSrc::of(v, &ins[scale + 1])?.at(0);
     Ok((s, z as f32))
 }
 
@@ -282,7 +256,7 @@ impl QBinary {
         ins: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<(), Failure> {
-        let (a, b) = (Narrow::of(v, &ins[0])?, Narrow::of(v, &ins[3])?);
+        let (a, b) = (IntSrc::of(v, &ins[0])?, IntSrc::of(v, &ins[3])?);
         let ((a_s, a_z), (b_s, b_z), (c_s, c_z)) =
             (pair(v, ins, 1)?, pair(v, ins, 4)?, pair(v, ins, 6)?);
         let y = NarrowOut::of(v, out)?;
@@ -318,7 +292,7 @@ impl QGlobalPool {
         ins: &[Operand<'_>],
         out: &Operand<'_>,
     ) -> Result<(), Failure> {
-        let x = Narrow::of(v, &ins[0])?;
+        let x = IntSrc::of(v, &ins[0])?;
         let ((x_s, x_z), (y_s, y_z)) = (pair(v, ins, 1)?, pair(v, ins, 3)?);
         let y = NarrowOut::of(v, out)?;
         let bounds = y.range();
