@@ -767,6 +767,31 @@ def qdq_mlp():
 
 
 
+def layernorm_constant_rows():
+    """LayerNormalization of rows whose values are all equal normalises
+    them to exactly zero (onnxruntime, onnx.reference). Found by
+    tools/fuzz_graphs.py (seed 2026, graph 7153): a mean summed in f32 and
+    multiplied by a rounded 1/n is one ulp off, and dividing by sqrt(eps)
+    turned that into 0.00255. Node `fused` normalises the last axis with a
+    scale and bias of its shape; node `broadcast` normalises from axis 0
+    with a scale that broadcasts along some of the normalised axes."""
+    rng = np.random.default_rng(7153)
+    x = rng.standard_normal([3, 5, 48]).astype(np.float32)
+    x[0, 0, :] = -1.3862944
+    x[1, 2, :] = np.float32(np.log(1 / 6))
+    z = np.full([4, 6, 6, 1], -1.3862944, np.float32)
+    nodes = [helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["fused"], axis=-1),
+             helper.make_node("LayerNormalization", ["z", "axis_scale"], ["broadcast"], axis=0)]
+    inits = [weight(rng, "scale", [48]), weight(rng, "bias", [48]),
+             weight(rng, "axis_scale", [6, 1, 1])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5, 48]),
+                             helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 6, 6, 1])],
+                     [helper.make_tensor_value_info("fused", TensorProto.FLOAT, [3, 5, 48]),
+                      helper.make_tensor_value_info("broadcast", TensorProto.FLOAT, [4, 6, 6, 1])],
+                     inits)
+    return model, {"x": x, "z": z}, []
+
+
 def qdq_activations():
     """A QDQ CNN whose activations (Sigmoid, LeakyRelu, HardSwish) sit
     between DequantizeLinear and QuantizeLinear: each becomes a 256-entry
@@ -805,7 +830,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
-         qdq_cnn, qdq_mlp, qdq_activations]
+         qdq_cnn, qdq_mlp, qdq_activations, layernorm_constant_rows]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

@@ -687,3 +687,47 @@ fn convtranspose_extended_at_the_start_is_refused() {
     let o = stow(&["compile", explicit.to_str().unwrap(), "-o", out_s]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// A LayerNormalization scale that would widen the output beyond the
+/// input (it does not broadcast to the normalised axes) is refused, as
+/// onnxruntime refuses it, naming the node and both shapes (a graph of
+/// tools/fuzz_graphs.py had one).
+#[test]
+fn layernorm_scale_wider_than_the_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.stow");
+    let out_s = out.to_str().unwrap();
+    let model = |file: &str, scale_dims: &[i64]| {
+        let count = scale_dims.iter().product::<i64>() as usize;
+        let scale = tract_onnx::pb::TensorProto {
+            name: "scale".into(),
+            dims: scale_dims.to_vec(),
+            data_type: 1,
+            float_data: (0..count).map(|i| 0.5 + i as f32).collect(),
+            ..Default::default()
+        };
+        let node = tract_onnx::pb::NodeProto {
+            name: "the_norm".into(),
+            op_type: "LayerNormalization".into(),
+            input: vec!["x".into(), "scale".into()],
+            output: vec!["y".into()],
+            attribute: vec![int_attr("axis", 1)],
+            ..Default::default()
+        };
+        one_node_model(dir.path(), file, node, vec![scale], &[2, 3, 1], &[2, 3, 1])
+    };
+    assert_clean_failure(
+        &[
+            "compile",
+            model("wide.onnx", &[3, 4]).to_str().unwrap(),
+            "-o",
+            out_s,
+        ],
+        Path::new(out_s),
+        &["the_norm", "does not broadcast to the normalised shape"],
+    );
+    // One scale per channel broadcasts along the last axis: fine.
+    let fits = model("fits.onnx", &[3, 1]);
+    let o = stow(&["compile", fits.to_str().unwrap(), "-o", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

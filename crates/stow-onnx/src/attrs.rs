@@ -252,6 +252,9 @@ pub(crate) fn attributes(op: &dyn TypedOp) -> Vec<(String, Attr)> {
         out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
     } else if let Some(q) = any.downcast_ref::<crate::quantize::Dequantize>() {
         out.push(("axis".into(), Attr::Int(q.axis.map_or(-1, |a| a as i64))));
+    } else if let Some(norm) = any.downcast_ref::<crate::norms::LayerNorm>() {
+        out.push(("axis".into(), Attr::Int(norm.axis as i64)));
+        out.push(("epsilon".into(), Attr::Float(norm.epsilon)));
     } else if let Some(pool) = any.downcast_ref::<crate::qops::QLinearGlobalAvgPool>() {
         out.push(("channels_last".into(), Attr::Int(pool.channels_last as i64)));
     } else if let Some(fft) = any.downcast_ref::<ops::fft::Fft>() {

@@ -22,6 +22,7 @@
 //! - `QuantizeLinear`, `DequantizeLinear`: see [`crate::quantize`].
 //! - onnxruntime's `QLinearAdd`, `QLinearMul`, `QLinearGlobalAveragePool`,
 //!   `QGemm`: see [`crate::qops`].
+//! - `LayerNormalization`: see [`crate::norms`].
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -451,6 +452,7 @@ pub(crate) fn onnx() -> tract_onnx::Onnx {
     onnx.op_register.insert("MaxPool", max_pool);
     crate::quantize::register(&mut onnx);
     crate::qops::register(&mut onnx);
+    crate::norms::register(&mut onnx);
     onnx.op_register.insert("Celu", |_, node| {
         let alpha = node.get_attr_opt("alpha")?.unwrap_or(1.0);
         Ok((expand(CeluExpansion { alpha }), vec![]))

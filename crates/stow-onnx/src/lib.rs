@@ -28,6 +28,7 @@ mod imports;
 mod inputs;
 mod load;
 mod lookup;
+mod norms;
 mod order;
 mod patching;
 mod qoperator;

@@ -54,6 +54,8 @@ pub trait Float:
     fn from_f32(x: f32) -> Self;
     /// `n` rounded to this type.
     fn count(n: usize) -> Self;
+    /// This value in f64 (exact).
+    fn to_f64(self) -> f64;
 
     /// |x|
     fn abs(self) -> Self;
@@ -172,6 +174,10 @@ macro_rules! float {
             #[inline(always)]
             fn count(n: usize) -> Self {
                 n as $t
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
             }
             forward!(abs, recip, signum);
             from_std_or_libm!($t: $($name = $libm),*);

@@ -293,6 +293,9 @@ pub enum Kernel {
     Softmax(AroundAxis, bool),
     /// RMS normalisation.
     RmsNorm(AroundAxis, f32),
+    /// Layer normalisation of rows of `n` values with ε, then the scale
+    /// and bias when the step has them (inputs 1 and 2).
+    LayerNorm(usize, f32),
     /// Reduction.
     Reduce(Reducer, Walk<2>, usize),
     /// Pooling. Max pooling takes any number type and may also write,

@@ -81,6 +81,47 @@ pub fn rms_norm<F: Float>(at: AroundAxis, eps: f32, x: impl Load<F>, out: &[Cell
     });
 }
 
+/// Layer normalisation of each row of `n` values of `x`:
+/// `(x − mean) / √(var + ε) · scale + bias`, scale and bias (`n` values
+/// each) when given. The mean and variance are taken in f64, so a row of
+/// equal values has a mean equal to them and normalises to exactly zero,
+/// as in onnxruntime; the normalised value is rounded to `F` once, then
+/// scaled and shifted in `F`.
+pub fn layer_norm<F: Float>(
+    n: usize,
+    eps: f32,
+    x: impl Load<F>,
+    scale: Option<Src<'_, F>>,
+    bias: Option<Src<'_, F>>,
+    out: &[Cell<F>],
+) {
+    let Some(rows) = out.len().checked_div(n) else {
+        return;
+    };
+    for row in 0..rows {
+        let base = row * n;
+        let mean = (0..n).map(|j| x.load(base + j).to_f64()).sum::<f64>() / n as f64;
+        let var = (0..n)
+            .map(|j| {
+                let d = x.load(base + j).to_f64() - mean;
+                d * d
+            })
+            .sum::<f64>()
+            / n as f64;
+        let inv = 1.0 / Float::sqrt(var + f64::from(eps));
+        for j in 0..n {
+            let mut y = F::of((x.load(base + j).to_f64() - mean) * inv);
+            if let Some(s) = scale {
+                y = y * s.at(j);
+            }
+            if let Some(b) = bias {
+                y = y + b.at(j);
+            }
+            out[base + j].set(y);
+        }
+    }
+}
+
 /// How a reduction combines values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Reducer {

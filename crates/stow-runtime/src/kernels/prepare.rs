@@ -376,6 +376,26 @@ pub fn prepare(
             let at = AroundAxis::new(&ins[0].shape, axis).ok_or("bad axis")?;
             Ok((Kernel::RmsNorm(at, attr_float(op, "eps")?), 0))
         }
+        "LayerNormalization" => {
+            want((1..=3).contains(&ins.len()) && outs.len() == 1, || {
+                format!(
+                    "expected 1 to 3 inputs and 1 output, found {} and {}",
+                    ins.len(),
+                    outs.len()
+                )
+            })?;
+            all_float(ins, outs)?;
+            want(ins[0].shape == outs[0].shape, || "shape changes".into())?;
+            let axis = attr_int(op, "axis")? as usize;
+            want(axis < ins[0].shape.len(), || format!("axis {axis}"))?;
+            let n: usize = ins[0].shape[axis..].iter().product();
+            for p in &ins[1..] {
+                want(p.len == n, || {
+                    format!("a parameter of {} values for rows of {n}", p.len)
+                })?;
+            }
+            Ok((Kernel::LayerNorm(n, attr_float(op, "epsilon")?), 0))
+        }
         t if t.starts_with("Reduce") && attr_text(op, "reducer")?.starts_with("Arg") => {
             arity(ins, outs, 1)?;
             let reducer = attr_text(op, "reducer")?;

@@ -190,6 +190,20 @@ pub fn run_part(
                 |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?)
             ))
         }
+        Kernel::LayerNorm(n, eps) => {
+            by_float!(ins[0].dtype, |F| {
+                let scale = ins.get(1).map(|p| v.src::<F>(p)).transpose()?;
+                let bias = ins.get(2).map(|p| v.src::<F>(p)).transpose()?;
+                crate::with_load!(v.src::<F>(&ins[0])?, |x| nn::layer_norm(
+                    *n,
+                    *eps,
+                    x,
+                    scale,
+                    bias,
+                    v.dst(&outs[0])?
+                ))
+            })
+        }
         Kernel::Reduce(r, walk, count) => {
             by_float!(ins[0].dtype, |F| crate::with_load!(
                 v.src::<F>(&ins[0])?,
