@@ -255,6 +255,15 @@ pub fn gemm_cols(
                         let cols = NR.min(nc - c0);
                         for (r, row) in tile.iter().enumerate().take(rows) {
                             let base = c.offset + (i0 + r0 + r) * c.rs + (j0 + c0) * c.cs;
+                            if c.cs == 1 && cols == NR {
+                                // A whole contiguous row of the tile: one
+                                // bounds check, and the adds vectorise.
+                                let dst = &c.data[base..base + NR];
+                                for (cell, v) in dst.iter().zip(row) {
+                                    cell.set(cell.get() + v);
+                                }
+                                continue;
+                            }
                             for (j, v) in row.iter().enumerate().take(cols) {
                                 let cell = &c.data[base + j * c.cs];
                                 cell.set(cell.get() + v);

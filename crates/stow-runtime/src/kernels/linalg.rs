@@ -1,7 +1,7 @@
 //! Convolution (through the packed product, reading the image directly)
 //! and the depthwise case, which has no product to speak of.
 
-use super::cells::{zip_row, Load, Src};
+use super::cells::{Load, Src};
 use super::gemm::{self, Dst, PackB, Strided, NR};
 use super::nn::Window;
 use core::cell::Cell;
@@ -64,6 +64,18 @@ struct Im2col<L> {
     s: ConvShape,
 }
 
+/// Columns of one packed panel that lie in one output row: `len`
+/// columns from panel column `at`, output row `(z, y)`, first output
+/// column `x`.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    at: usize,
+    len: usize,
+    z: usize,
+    y: usize,
+    x: usize,
+}
+
 impl<L: Load<f32>> PackB for Im2col<L> {
     fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
         let w = &self.s.window;
@@ -71,37 +83,74 @@ impl<L: Load<f32>> PackB for Im2col<L> {
         let [_, oh, ow] = w.output;
         let [kd, kh, kw] = w.kernel;
         let n = self.s.n();
-        let far = isize::MIN / 4;
+        let [sz, sy, sx] = w.strides.map(|d| d as isize);
+        let [pz, py, px] = w.pad.map(|d| d as isize);
+        let [dz, dy, dx] = w.dilations.map(|d| d as isize);
         for (panel, c0) in (0..nc).step_by(NR).enumerate() {
             let out = &dst[panel * kc * NR..(panel + 1) * kc * NR];
-            // First input position of each column's window (columns past
-            // the matrix get a position no tap can reach).
-            let mut corner = [[far; 3]; NR];
-            for (c, pos) in corner.iter_mut().enumerate() {
+            // The panel's columns split at output-row boundaries (at most
+            // NR runs); columns past the matrix stay zero.
+            let mut runs = [Run::default(); NR];
+            let mut count = 0;
+            let mut c = 0;
+            while c < NR && j0 + c0 + c < n {
                 let j = j0 + c0 + c;
-                if j < n {
-                    let o = [j / (oh * ow), j / ow % oh, j % ow];
-                    *pos = core::array::from_fn(|a| {
-                        (o[a] * w.strides[a]) as isize - w.pad[a] as isize
-                    });
-                }
+                let (row, x) = (j / ow, j % ow);
+                let len = (ow - x).min(NR - c).min(n - j);
+                runs[count] = Run {
+                    at: c,
+                    len,
+                    z: row / oh,
+                    y: row % oh,
+                    x,
+                };
+                count += 1;
+                c += len;
             }
+            let filled = c;
             for (p, o) in out.chunks_exact(NR).enumerate() {
                 let tap = p0 + p;
-                let k = [tap / (kh * kw) % kd, tap / kw % kh, tap % kw];
+                let [kz, ky, kx] =
+                    [tap / (kh * kw) % kd, tap / kw % kh, tap % kw].map(|k| k as isize);
                 let ch = tap / (kd * kh * kw);
                 let plane = self.base + ch * w.input_plane();
-                let d: [isize; 3] = core::array::from_fn(|a| (k[a] * w.dilations[a]) as isize);
-                for (cell, c) in o.iter().zip(&corner) {
-                    let (z, y, x) = (c[0] + d[0], c[1] + d[1], c[2] + d[2]);
-                    let inside =
-                        (0..id).contains(&z) && (0..ih).contains(&y) && (0..iw).contains(&x);
-                    cell.set(if inside {
-                        self.data.load(plane + ((z * ih + y) * iw + x) as usize)
+                for run in &runs[..count] {
+                    let cells = &o[run.at..run.at + run.len];
+                    let z = run.z as isize * sz - pz + kz * dz;
+                    let y = run.y as isize * sy - py + ky * dy;
+                    if !(0..id).contains(&z) || !(0..ih).contains(&y) {
+                        cells.iter().for_each(|c| c.set(0.0));
+                        continue;
+                    }
+                    let row = plane + ((z * ih + y) * iw) as usize;
+                    let x0 = run.x as isize * sx - px + kx * dx;
+                    if sx == 1 {
+                        // Contiguous input columns x0..x0 + len, zero
+                        // where they fall in the padding.
+                        let (lo, hi) = (x0.clamp(0, iw), (x0 + run.len as isize).clamp(0, iw));
+                        if hi <= lo {
+                            cells.iter().for_each(|c| c.set(0.0));
+                            continue;
+                        }
+                        let (head, inside) = ((lo - x0) as usize, (hi - lo) as usize);
+                        cells[..head].iter().for_each(|c| c.set(0.0));
+                        let src = self.data.sub(row + lo as usize, inside);
+                        for (i, c) in cells[head..head + inside].iter().enumerate() {
+                            c.set(src.load(i));
+                        }
+                        cells[head + inside..].iter().for_each(|c| c.set(0.0));
                     } else {
-                        0.0
-                    });
+                        for (i, c) in cells.iter().enumerate() {
+                            let x = x0 + i as isize * sx;
+                            c.set(if (0..iw).contains(&x) {
+                                self.data.load(row + x as usize)
+                            } else {
+                                0.0
+                            });
+                        }
+                    }
                 }
+                o[filled..].iter().for_each(|c| c.set(0.0));
             }
         }
     }
@@ -157,13 +206,9 @@ pub fn conv(
             let b = bias_at(bias, (p0 + i) % s.groups);
             row.iter().for_each(|c| c.set(b));
         }
-        return crate::with_load!(x, |x| crate::with_load!(weight, |w| depthwise(
-            s,
-            x,
-            w,
-            out,
-            p0..p1
-        )));
+        return crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+            super::depthwise::depthwise(s, x, w, out, p0..p1)
+        }));
     }
     let cols = gemm::share(s.n(), part, parts);
     fill_bias(s, bias, out, cols.clone());
@@ -210,77 +255,6 @@ pub fn conv(
                     }
                 })
             })
-        }
-    }
-}
-
-fn depthwise(
-    s: &ConvShape,
-    x: impl Load<f32>,
-    weight: impl Load<f32>,
-    out: &[Cell<f32>],
-    planes: core::ops::Range<usize>,
-) {
-    let w = &s.window;
-    let [_, ih, iw] = w.input;
-    let [od, oh, ow] = w.output;
-    let [kd, kh, kw] = w.kernel;
-    for plane in planes {
-        let ch = plane % s.groups;
-        let xb = plane * w.input_plane();
-        let ob = plane * w.output_plane();
-        for oz in 0..od {
-            let (kz0, kz1) = w.taps(0, oz);
-            for oy in 0..oh {
-                let (ky0, ky1) = w.taps(1, oy);
-                let at = ob + (oz * oh + oy) * ow;
-                let row_out = &out[at..at + ow];
-                for kz in kz0..kz1 {
-                    let z = w.input_at(0, oz, kz);
-                    for ky in ky0..ky1 {
-                        let y = w.input_at(1, oy, ky);
-                        let row_in = x.sub(xb + (z * ih + y) * iw, iw);
-                        for kx in 0..kw {
-                            let wv = weight.load(((ch * kd + kz) * kh + ky) * kw + kx);
-                            tap_row(w, row_out, row_in, kx, wv);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Adds `wv ×` the input row, read at tap `kx` of every output column,
-/// to the output row.
-#[inline(always)]
-fn tap_row(
-    w: &super::nn::Window,
-    row_out: &[Cell<f32>],
-    row_in: impl Load<f32>,
-    kx: usize,
-    wv: f32,
-) {
-    let (iw, ow) = (w.input[2], w.output[2]);
-    let (s, pad) = (w.strides[2], w.pad[2]);
-    let off = kx * w.dilations[2];
-    let first = pad.saturating_sub(off).div_ceil(s);
-    let end = if iw + pad > off {
-        ((iw + pad - off - 1) / s + 1).min(ow)
-    } else {
-        0
-    };
-    if first >= end {
-        return;
-    }
-    let count = end - first;
-    let start = first * s + off - pad;
-    let dst = &row_out[first..end];
-    if s == 1 {
-        zip_row(dst, dst, row_in.sub(start, count), |o, x| o + wv * x);
-    } else {
-        for (j, c) in dst.iter().enumerate() {
-            c.set(c.get() + wv * row_in.load(start + j * s));
         }
     }
 }
@@ -343,4 +317,228 @@ pub fn deconv(
 fn place(i: usize, k: usize, axis: usize, w: &super::nn::Window, n: usize) -> Option<usize> {
     let at = (i * w.strides[axis] + k * w.dilations[axis]).checked_sub(w.pad[axis])?;
     (at < n).then_some(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    /// Every tap of every output, in f64.
+    fn naive(s: &ConvShape, x: &[f32], weight: &[f32], bias: &[f32]) -> Vec<f32> {
+        let w = &s.window;
+        let [kd, kh, kw] = w.kernel;
+        let [od, oh, ow] = w.output;
+        let mut out = Vec::new();
+        for image in 0..s.batch {
+            for g in 0..s.groups {
+                for oc in 0..s.out_per_group {
+                    let cout = g * s.out_per_group + oc;
+                    for o in 0..od * oh * ow {
+                        let pos = [o / (oh * ow), o / ow % oh, o % ow];
+                        let mut sum = f64::from(bias[cout]);
+                        for ic in 0..s.in_per_group {
+                            let cin = g * s.in_per_group + ic;
+                            for t in 0..kd * kh * kw {
+                                let k = [t / (kh * kw), t / kw % kh, t % kw];
+                                let at: [isize; 3] = core::array::from_fn(|a| {
+                                    (pos[a] * w.strides[a] + k[a] * w.dilations[a]) as isize
+                                        - w.pad[a] as isize
+                                });
+                                if (0..3).any(|a| at[a] < 0 || at[a] >= w.input[a] as isize) {
+                                    continue;
+                                }
+                                let xi = ((image * s.groups * s.in_per_group + cin) * w.input[0]
+                                    + at[0] as usize)
+                                    * w.input[1]
+                                    * w.input[2]
+                                    + at[1] as usize * w.input[2]
+                                    + at[2] as usize;
+                                let wi = (cout * s.in_per_group + ic) * kd * kh * kw + t;
+                                sum += f64::from(x[xi]) * f64::from(weight[wi]);
+                            }
+                        }
+                        out.push(sum as f32);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn value(i: usize, seed: usize) -> f32 {
+        ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
+    }
+
+    /// The packed convolution (image packed straight into panels) equals
+    /// the definition across strides, dilations, asymmetric padding, 1-d,
+    /// 2-d and 3-d windows, groups, batches, output rows narrower and
+    /// wider than a panel, and thread shares.
+    #[test]
+    fn matches_the_definition() {
+        // (input, kernel, strides, dilations, pad, pad_after, groups,
+        // in/out channels per group, batch)
+        let cases: [(
+            [usize; 3],
+            [usize; 3],
+            [usize; 3],
+            [usize; 3],
+            [usize; 3],
+            [usize; 3],
+            usize,
+            usize,
+            usize,
+            usize,
+        ); 8] = [
+            (
+                [1, 7, 9],
+                [1, 3, 3],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 1, 1],
+                [0, 1, 1],
+                1,
+                3,
+                5,
+                1,
+            ),
+            (
+                [1, 20, 21],
+                [1, 3, 3],
+                [1, 2, 2],
+                [1, 1, 1],
+                [0, 1, 1],
+                [0, 1, 1],
+                1,
+                4,
+                7,
+                2,
+            ),
+            (
+                [1, 9, 40],
+                [1, 3, 5],
+                [1, 1, 3],
+                [1, 2, 1],
+                [0, 2, 2],
+                [0, 0, 3],
+                2,
+                3,
+                4,
+                1,
+            ),
+            (
+                [1, 1, 50],
+                [1, 1, 7],
+                [1, 1, 1],
+                [1, 1, 2],
+                [0, 0, 6],
+                [0, 0, 6],
+                1,
+                2,
+                17,
+                1,
+            ),
+            (
+                [4, 5, 6],
+                [2, 3, 3],
+                [2, 1, 2],
+                [1, 1, 1],
+                [1, 1, 0],
+                [0, 1, 1],
+                1,
+                2,
+                3,
+                1,
+            ),
+            (
+                [1, 3, 3],
+                [1, 5, 5],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 2, 2],
+                [0, 2, 2],
+                1,
+                1,
+                2,
+                1,
+            ),
+            (
+                [1, 6, 33],
+                [1, 1, 1],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 0, 0],
+                [0, 0, 0],
+                1,
+                70,
+                9,
+                1,
+            ),
+            (
+                [1, 12, 12],
+                [1, 7, 7],
+                [1, 2, 2],
+                [1, 1, 1],
+                [0, 3, 3],
+                [0, 3, 3],
+                1,
+                3,
+                8,
+                1,
+            ),
+        ];
+        for (input, kernel, strides, dilations, pad, pad_after, groups, ipg, opg, batch) in cases {
+            let output: [usize; 3] = core::array::from_fn(|a| {
+                (input[a] + pad[a] + pad_after[a] - dilations[a] * (kernel[a] - 1) - 1) / strides[a]
+                    + 1
+            });
+            let s = ConvShape {
+                batch,
+                groups,
+                in_per_group: ipg,
+                out_per_group: opg,
+                window: Window {
+                    planes: batch * groups * ipg,
+                    input,
+                    output,
+                    kernel,
+                    strides,
+                    dilations,
+                    pad,
+                    pad_after,
+                },
+            };
+            let plane: usize = input.iter().product();
+            let x: Vec<f32> = (0..batch * groups * ipg * plane)
+                .map(|i| value(i, 1))
+                .collect();
+            let weight: Vec<f32> = (0..groups * opg * s.k()).map(|i| value(i, 2)).collect();
+            let bias: Vec<f32> = (0..groups * opg).map(|i| value(i, 3)).collect();
+            let want = naive(&s, &x, &weight, &bias);
+            for parts in [1, 3] {
+                let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+                let scratch: Vec<Cell<f32>> =
+                    (0..s.scratch_elems()).map(|_| Cell::new(0.0)).collect();
+                for part in 0..parts {
+                    conv(
+                        &s,
+                        Src::Weight(&x),
+                        Src::Weight(&weight),
+                        Some(Src::Weight(&bias)),
+                        &out,
+                        &scratch,
+                        part,
+                        parts,
+                    );
+                }
+                for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+                    assert!(
+                        (o.get() - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                        "input {input:?} kernel {kernel:?} strides {strides:?}, {parts} parts: output {i} is {} not {w}",
+                        o.get()
+                    );
+                }
+            }
+        }
+    }
 }

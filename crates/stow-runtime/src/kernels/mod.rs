@@ -14,6 +14,7 @@
 mod arith;
 pub mod cells;
 pub mod contract;
+mod depthwise;
 pub mod elementwise;
 pub mod float;
 pub mod fourier;
