@@ -792,6 +792,28 @@ def layernorm_constant_rows():
     return model, {"x": x, "z": z}, []
 
 
+def logsumexp_extreme_values():
+    """ReduceLogSumExp is m + ln(sum(exp(x - m))) with m the maximum, as
+    onnxruntime computes it: ln(sum(exp(x))) overflows from x = 88.7 on
+    and gives 0 for a tiny x alone (found by tools/fuzz_graphs.py, seed
+    2027, graph 2239: 0 instead of 9.3e-20). One node keeps the reduced
+    axis, one drops it; rows of -inf stay -inf."""
+    x = np.array([[[9.3e-20, -3.0, 1.0, 2.0],
+                   [100.0, 200.0, 300.0, -50.0]],
+                  [[-np.inf, -np.inf, -np.inf, -np.inf],
+                   [0.5, 0.25, -0.125, 1.5]]], np.float32)
+    axis = helper.make_tensor("axis", TensorProto.INT64, [1], [2])
+    nodes = [helper.make_node("ReduceLogSumExp", ["x", "axis"], ["kept"], keepdims=1),
+             helper.make_node("ReduceLogSumExp", ["one", "axis0"], ["single"], keepdims=0)]
+    axis0 = helper.make_tensor("axis0", TensorProto.INT64, [1], [0])
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2, 4]),
+                             helper.make_tensor_value_info("one", TensorProto.FLOAT, [1])],
+                     [helper.make_tensor_value_info("kept", TensorProto.FLOAT, [2, 2, 1]),
+                      helper.make_tensor_value_info("single", TensorProto.FLOAT, [])],
+                     [axis, axis0], opset=18)
+    return model, {"x": x, "one": np.array([9.3e-20], np.float32)}, []
+
+
 def qdq_activations():
     """A QDQ CNN whose activations (Sigmoid, LeakyRelu, HardSwish) sit
     between DequantizeLinear and QuantizeLinear: each becomes a 256-entry
@@ -830,7 +852,8 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
-         qdq_cnn, qdq_mlp, qdq_activations, layernorm_constant_rows]
+         qdq_cnn, qdq_mlp, qdq_activations, layernorm_constant_rows,
+         logsumexp_extreme_values]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

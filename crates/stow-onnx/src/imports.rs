@@ -23,6 +23,7 @@
 //! - onnxruntime's `QLinearAdd`, `QLinearMul`, `QLinearGlobalAveragePool`,
 //!   `QGemm`: see [`crate::qops`].
 //! - `LayerNormalization`: see [`crate::norms`].
+//! - `ReduceLogSumExp`: see [`crate::logsumexp`].
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
@@ -453,6 +454,7 @@ pub(crate) fn onnx() -> tract_onnx::Onnx {
     crate::quantize::register(&mut onnx);
     crate::qops::register(&mut onnx);
     crate::norms::register(&mut onnx);
+    crate::logsumexp::register(&mut onnx);
     onnx.op_register.insert("Celu", |_, node| {
         let alpha = node.get_attr_opt("alpha")?.unwrap_or(1.0);
         Ok((expand(CeluExpansion { alpha }), vec![]))

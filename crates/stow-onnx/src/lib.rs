@@ -27,6 +27,7 @@ mod guards;
 mod imports;
 mod inputs;
 mod load;
+mod logsumexp;
 mod lookup;
 mod norms;
 mod order;
