@@ -253,6 +253,18 @@ pub fn gemm_cols(
                         let tile = micro_kernel(fma, kc, apanel, bpanel);
                         let rows = MR.min(mc - r0);
                         let cols = NR.min(nc - c0);
+                        if c.rs == 1 && rows == MR {
+                            // C stored by columns (a product written
+                            // transposed): each tile column is one run.
+                            let base = c.offset + (i0 + r0) + (j0 + c0) * c.cs;
+                            for j in 0..cols {
+                                let dst = &c.data[base + j * c.cs..base + j * c.cs + MR];
+                                for (r, cell) in dst.iter().enumerate() {
+                                    cell.set(cell.get() + tile[r][j]);
+                                }
+                            }
+                            continue;
+                        }
                         for (r, row) in tile.iter().enumerate().take(rows) {
                             let base = c.offset + (i0 + r0 + r) * c.rs + (j0 + c0) * c.cs;
                             if c.cs == 1 && cols == NR {
@@ -413,6 +425,19 @@ mod tests {
             gemm(m, n, k, &sa, &sb, &dst, s);
             let want = naive(m, n, k, &a, &b);
             assert_eq!(c, want, "{m}x{n}x{k}, {scratch_floats} floats of scratch");
+            // The same product written transposed (C by columns), which
+            // adds whole tile columns at once.
+            let mut ct = vec![0f32; m * n];
+            let cells = Cell::from_mut(ct.as_mut_slice()).as_slice_of_cells();
+            let dst = Dst {
+                data: cells,
+                offset: 0,
+                rs: 1,
+                cs: m,
+            };
+            gemm(m, n, k, &sa, &sb, &dst, s);
+            let back: Vec<f32> = (0..m * n).map(|i| ct[(i % n) * m + i / n]).collect();
+            assert_eq!(back, want, "{m}x{n}x{k} by columns, {scratch_floats} floats");
         }
     }
 }

@@ -513,9 +513,26 @@ fn matmul(
     // walk a k axis accumulate into the same C.
     mm.batch.rows([0, 0, 0], |[oc, _, _]| {
         for j in 0..len {
-            for i in 0..m {
+            let base = oc + j * sc;
+            // One fill per contiguous row or column rather than a strided
+            // store per element (that was a tenth of mobilenet_v2's time).
+            if mm.c[1] == 1 {
+                for i in 0..m {
+                    let row = base + i * mm.c[0];
+                    c[row + cols.start..row + cols.end]
+                        .iter()
+                        .for_each(|x| x.set(0.0));
+                }
+            } else if mm.c[0] == 1 {
                 for col in cols.clone() {
-                    c[oc + j * sc + i * mm.c[0] + col * mm.c[1]].set(0.0);
+                    let column = base + col * mm.c[1];
+                    c[column..column + m].iter().for_each(|x| x.set(0.0));
+                }
+            } else {
+                for i in 0..m {
+                    for col in cols.clone() {
+                        c[base + i * mm.c[0] + col * mm.c[1]].set(0.0);
+                    }
                 }
             }
         }
