@@ -4,6 +4,7 @@ use crate::compare::{compare, Comparison};
 use crate::contents::{bundle_contents, plan_scratch, PlannedModel};
 use crate::error::CompileError;
 use crate::options::CompileOptions;
+use crate::pools;
 use crate::report::{Report, ReportInputs};
 use std::fmt;
 use std::path::Path;
@@ -92,6 +93,12 @@ impl fmt::Debug for Compiled {
 /// the report; build the bundle contents and encode them (the writer
 /// validates its own output).
 ///
+/// With [`CompileOptions::pools`], the pins are applied first (a pinned
+/// tensor larger than its pool is refused, [`CompileError::Pools`]), the
+/// unpinned buffers are offered to the bounded pools in the order of
+/// [`CompileOptions::placement`], and each pool is planned and checked as
+/// one arena; the bundle lists the pools and each tensor's pool.
+///
 /// Each stage's failure is its own [`CompileError`] variant. Nothing is
 /// written: see [`Compiled::write`].
 pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, CompileError> {
@@ -133,18 +140,34 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             limit,
         });
     }
-    let (problem, buffer_of) = graph.problem(options.align);
+    let (unpooled, buffer_of) = graph.problem(options.align);
     let planning = |source: PlanError, comparison: Option<Vec<Comparison>>| CompileError::Plan {
         path: path(),
         source,
         comparison,
     };
     let comparison = if options.compare {
-        Some(compare(&problem, &options.plan).map_err(|e| planning(e, None))?)
+        Some(compare(&unpooled, &options.plan).map_err(|e| planning(e, None))?)
     } else {
         None
     };
-    let chosen = match plan(&problem, &options.plan) {
+    let traffic = pools::traffic(&graph, &buffer_of, unpooled.buffers.len());
+    let (problem, plan_options) = if options.pools.is_empty() {
+        (unpooled.clone(), options.plan.clone())
+    } else {
+        let pooled = pools::apply(&graph, &buffer_of, &unpooled, &options.pools, &options.pins)
+            .map_err(|source| CompileError::Pools {
+                path: path(),
+                source,
+            })?;
+        let admission = pools::admission(&pooled, &traffic, options.placement);
+        let plan_options = PlanOptions {
+            admission: Some(admission),
+            ..options.plan.clone()
+        };
+        (pooled, plan_options)
+    };
+    let chosen = match plan(&problem, &plan_options) {
         Ok(p) => p,
         Err(e) => return Err(planning(e, comparison)),
     };
@@ -156,7 +179,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         });
     }
     let naive = plan(
-        &problem,
+        &unpooled,
         &PlanOptions {
             strategy: Strategy::Naive,
             ..PlanOptions::default()
@@ -167,6 +190,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let pool_names: Vec<String> = options.pools.iter().map(|p| p.name.clone()).collect();
     let planned = PlannedModel {
         graph: &graph,
         buffer_of: &buffer_of,
@@ -174,6 +198,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         naive_bytes: naive.arena_bytes,
         align: options.align,
         source_model: &source_model,
+        pool_names: &pool_names,
     };
     let (contents, weights) =
         bundle_contents(&planned).map_err(|source| CompileError::Contents {
@@ -194,6 +219,8 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         comparison,
         scratch_above_bound,
         compile_time: started.elapsed(),
+        pools: pools::report(&problem, &chosen, &options.pools, &traffic),
+        placement: options.placement,
     });
     Ok(Compiled {
         bytes,
