@@ -214,9 +214,20 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(4)
         .clamp(4, 48);
+    // The pool column appears only for bundles with pools, so the table of
+    // a single-arena bundle is what it always was (the C example prints it
+    // too).
+    let pooled = !c.pools.is_empty();
+    let pool_cell = |name: &str| {
+        if pooled {
+            format!("{name:<8}  ")
+        } else {
+            String::new()
+        }
+    };
     say!(
         text,
-        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {:<8}  alias",
+        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}alias",
         "id",
         "name",
         "kind",
@@ -226,7 +237,7 @@ pub fn run(args: Args) -> Result<()> {
         "size",
         "first",
         "last",
-        "pool"
+        pool_cell("pool")
     );
     for (id, t) in c.tensors.iter().enumerate() {
         let offset = match t.region {
@@ -242,7 +253,7 @@ pub fn run(args: Args) -> Result<()> {
         };
         say!(
             text,
-            "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {:<8}  {}",
+            "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}{}",
             id,
             t.name,
             kind_name(t.kind),
@@ -252,7 +263,7 @@ pub fn run(args: Args) -> Result<()> {
             t.size,
             steps(t.first_step),
             steps(t.last_step),
-            pool_name(c, t),
+            pool_cell(&pool_name(c, t)),
             alias_text(c, t).unwrap_or_default()
         );
     }
