@@ -152,24 +152,45 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         None
     };
     let traffic = pools::traffic(&graph, &buffer_of, unpooled.buffers.len());
-    let (problem, plan_options) = if options.pools.is_empty() {
-        (unpooled.clone(), options.plan.clone())
+    let (problem, orders) = if options.pools.is_empty() {
+        (unpooled.clone(), vec![None])
     } else {
         let pooled = pools::apply(&graph, &buffer_of, &unpooled, &options.pools, &options.pins)
             .map_err(|source| CompileError::Pools {
                 path: path(),
                 source,
             })?;
-        let admission = pools::admission(&pooled, &traffic, options.placement);
+        let orders = pools::admission_orders(&pooled, &traffic, options.placement);
+        (pooled, orders.into_iter().map(Some).collect())
+    };
+    // Each admission order is planned (and checked); the plan whose faster
+    // pools serve the most traffic wins, the first order on ties. A
+    // failure is reported only when every order fails, as the first one's.
+    let mut best: Option<(Vec<u64>, Plan)> = None;
+    let mut first_error = None;
+    for admission in orders {
         let plan_options = PlanOptions {
-            admission: Some(admission),
+            admission,
             ..options.plan.clone()
         };
-        (pooled, plan_options)
-    };
-    let chosen = match plan(&problem, &plan_options) {
-        Ok(p) => p,
-        Err(e) => return Err(planning(e, comparison)),
+        match plan(&problem, &plan_options) {
+            Ok(p) => {
+                let served = pools::served(&problem, &p, &traffic);
+                if best.as_ref().is_none_or(|(s, _)| served > *s) {
+                    best = Some((served, p));
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let chosen = match (best, first_error) {
+        (Some((_, p)), _) => p,
+        (None, Some(e)) => return Err(planning(e, comparison)),
+        // There is always at least one order; were there none, the
+        // closest truthful report is that no plan could be made.
+        (None, None) => return Err(planning(PlanError::Overflow, comparison)),
     };
     if chosen.arena_bytes > limit {
         return Err(CompileError::ArenaOverMaxArena {

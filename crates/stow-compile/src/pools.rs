@@ -40,7 +40,10 @@ pub struct Pin {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
     /// Most bytes read and written over the buffer's lifetime per byte
-    /// stored first (ties: more traffic, then earlier first use).
+    /// stored first (ties: more traffic, then earlier first use). A greedy
+    /// order by density can leave a pool fragmented, so the compiler also
+    /// plans the first-use and largest-first orders and keeps the plan
+    /// whose faster pools serve the most traffic.
     #[default]
     Gain,
     /// In order of first use: the baseline of a runtime that puts each
@@ -125,6 +128,40 @@ pub fn admission(problem: &Problem, traffic: &[u64], placement: Placement) -> Ve
         }
     }
     order.into_iter().map(|i| i as u32).collect()
+}
+
+/// The admission orders to plan for `placement`, the preferred one first:
+/// for [`Placement::Gain`] the density order, then first use, then
+/// largest first; for [`Placement::FirstUse`] first use alone.
+pub fn admission_orders(problem: &Problem, traffic: &[u64], placement: Placement) -> Vec<Vec<u32>> {
+    match placement {
+        Placement::FirstUse => vec![admission(problem, traffic, Placement::FirstUse)],
+        Placement::Gain => {
+            let mut largest: Vec<u32> = (0..problem.buffers.len() as u32).collect();
+            largest.sort_by_key(|&i| {
+                let b = &problem.buffers[i as usize];
+                (std::cmp::Reverse(b.size), b.lifetime.start, i)
+            });
+            vec![
+                admission(problem, traffic, Placement::Gain),
+                admission(problem, traffic, Placement::FirstUse),
+                largest,
+            ]
+        }
+    }
+}
+
+/// Traffic served by each pool under `plan`, fastest first (compared
+/// lexicographically: more from the fastest pool is better).
+pub fn served(problem: &Problem, plan: &Plan, traffic: &[u64]) -> Vec<u64> {
+    let pools = problem.pools.len().max(1);
+    let mut served = vec![0u64; pools];
+    for (i, pool) in plan.pool.iter().enumerate() {
+        if let Some(slot) = served.get_mut(pool.index()) {
+            *slot = slot.saturating_add(traffic.get(i).copied().unwrap_or(0));
+        }
+    }
+    served
 }
 
 /// Why the pools or pins given to a compile cannot be used.

@@ -157,6 +157,9 @@ fn every_pool_is_planned_checked_and_reported() {
     }
 }
 
+/// Gain placement also plans the first-use order and keeps whichever
+/// serves more from the fast pool, so it can never do worse; this checks
+/// that the report and the kept plan agree on it.
 #[test]
 fn gain_placement_serves_more_from_the_fast_pool_than_first_use() {
     for model in ["residual_cnn.onnx", "transformer_block.onnx"] {
