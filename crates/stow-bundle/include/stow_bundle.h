@@ -20,7 +20,10 @@
 
 #define STOW_MAGIC "STOWBNDL" /* 8 bytes, no terminating NUL in the file */
 #define STOW_VERSION 1u
-#define STOW_KNOWN_FLAGS 0u
+/* Header flag: the arena is split into memory pools listed in a POOLS
+ * section; pool 0 is the header's arena (arena_bytes, arena_align). */
+#define STOW_FLAG_POOLS 1u
+#define STOW_KNOWN_FLAGS STOW_FLAG_POOLS
 #define STOW_HEADER_LEN 64u
 #define STOW_SECTION_ENTRY_LEN 32u
 #define STOW_TENSOR_RECORD_LEN 64u
@@ -28,6 +31,13 @@
 #define STOW_MAX_SECTIONS 16u
 #define STOW_MAX_ITEMS (1u << 24)
 #define STOW_NO_ALIAS 0xFFFFFFFFu
+#define STOW_POOL_RECORD_LEN 32u
+#define STOW_MAX_POOLS 8u
+#define STOW_POOL_NAME_LEN 16u
+/* A record's region field: the region code in the low 16 bits, the
+ * tensor's pool (0 without STOW_FLAG_POOLS, and for weights) above. */
+#define STOW_REGION_CODE(region) ((region) & 0xFFFFu)
+#define STOW_REGION_POOL(region) ((region) >> 16)
 
 /* Section kinds and their required alignment. */
 enum stow_section_kind {
@@ -35,7 +45,8 @@ enum stow_section_kind {
     STOW_SECTION_STRINGS = 2,  /* tensor names, UTF-8, concatenated, align 8 */
     STOW_SECTION_SHAPES = 3,   /* dimensions, u64 each, concatenated, align 8 */
     STOW_SECTION_METADATA = 4, /* protobuf BundleMeta (proto/stow_bundle.proto), align 8 */
-    STOW_SECTION_WEIGHTS = 5   /* weight bytes, each at a multiple of 64, align 64 */
+    STOW_SECTION_WEIGHTS = 5,  /* weight bytes, each at a multiple of 64, align 64 */
+    STOW_SECTION_POOLS = 6     /* stow_pool_record x pools, align 8; iff STOW_FLAG_POOLS */
 };
 
 enum stow_tensor_kind {
@@ -99,8 +110,10 @@ typedef struct stow_tensor_record {
     uint32_t id;          /*  0: equals the record index */
     uint32_t kind;        /*  4: enum stow_tensor_kind */
     uint32_t dtype;       /*  8: enum stow_dtype */
-    uint32_t region;      /* 12: enum stow_region; WEIGHTS iff kind is WEIGHT */
-    uint64_t offset;      /* 16: in the arena, or in the WEIGHTS section (64-aligned) */
+    uint32_t region;      /* 12: enum stow_region (STOW_REGION_CODE); WEIGHTS iff kind is
+                                 WEIGHT; pool index in the high 16 bits (STOW_REGION_POOL) */
+    uint64_t offset;      /* 16: in the tensor's pool (the arena), or in the WEIGHTS
+                                 section (64-aligned) */
     uint64_t size;        /* 24: bytes = product(dims) * stow_dtype_size(dtype) */
     uint32_t first_step;  /* 32: first step needing the bytes */
     uint32_t last_step;   /* 36: last step needing them (inclusive) */
@@ -112,7 +125,17 @@ typedef struct stow_tensor_record {
     uint32_t rank;        /* 60: number of dimensions */
 } stow_tensor_record;
 
+/* POOLS section offset + 32 * i (only with STOW_FLAG_POOLS): memory pool i,
+ * fastest first. A runtime gives each pool a buffer of `bytes` bytes
+ * aligned to `align`; a tensor of pool p lives at buffer_p + offset. */
+typedef struct stow_pool_record {
+    uint64_t bytes;                   /*  0: size of the pool's buffer */
+    uint64_t align;                   /*  8: alignment of its first byte, a power of two */
+    uint8_t name[STOW_POOL_NAME_LEN]; /* 16: UTF-8, 1 to 16 bytes, zero-padded, unique */
+} stow_pool_record;
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(stow_pool_record) == STOW_POOL_RECORD_LEN, "pool layout");
 _Static_assert(sizeof(stow_header) == STOW_HEADER_LEN, "header layout");
 _Static_assert(offsetof(stow_header, header_crc) == 28, "header layout");
 _Static_assert(offsetof(stow_header, arena_bytes) == 32, "header layout");

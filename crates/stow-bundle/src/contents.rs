@@ -93,6 +93,22 @@ pub struct Tensor {
     pub last_step: u32,
     /// The tensor this one shares bytes with, and how.
     pub alias_of: Option<(AliasKind, u32)>,
+    /// Index in [`Contents::pools`] of the pool holding an arena tensor;
+    /// 0 for weights and in bundles with one arena.
+    pub pool: u32,
+}
+
+/// One memory pool of a bundle whose arena is split across memories
+/// (fastest first). Offsets of the pool's tensors start at its first byte.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPool {
+    /// Name (`sram`, `dram`, …): 1 to 16 bytes of UTF-8 without NUL,
+    /// unique in the bundle.
+    pub name: String,
+    /// Bytes of the pool's buffer.
+    pub bytes: u64,
+    /// Alignment its first byte needs (a power of two).
+    pub align: u64,
 }
 
 /// A typed operator attribute value.
@@ -161,6 +177,28 @@ pub struct Contents {
     pub ops: Vec<Op>,
     /// Provenance of the plan.
     pub provenance: Provenance,
+    /// The memory pools, fastest first, when the arena is split across
+    /// several memories; pool 0 is then the arena (`arena_bytes`,
+    /// `arena_align`). Empty for a bundle with one arena, which is one
+    /// pool.
+    pub pools: Vec<MemoryPool>,
+}
+
+impl Contents {
+    /// Size and alignment of every pool: [`Contents::pools`], or the one
+    /// arena when the list is empty.
+    pub fn pool_sizes(&self) -> Vec<(u64, u64)> {
+        if self.pools.is_empty() {
+            alloc::vec![(self.arena_bytes, self.arena_align)]
+        } else {
+            self.pools.iter().map(|p| (p.bytes, p.align)).collect()
+        }
+    }
+
+    /// Number of pools (1 for a bundle with one arena).
+    pub fn pool_count(&self) -> usize {
+        self.pools.len().max(1)
+    }
 }
 
 impl DType {

@@ -223,6 +223,19 @@ pub enum BundleError {
         /// Region length.
         limit: u64,
     },
+    /// The memory pools are inconsistent: the POOLS section is present
+    /// without the header's pools flag or missing with it, holds no pool
+    /// or more than [`crate::format::MAX_POOLS`], is not a whole number of
+    /// records, or a pool has an empty, non-UTF-8 or repeated name, an
+    /// alignment that is not a power of two, or (pool 0) a size or
+    /// alignment other than the header's arena.
+    #[error("memory pool {index}: {problem}")]
+    BadPool {
+        /// Pool index (0 for problems of the section as a whole).
+        index: usize,
+        /// What is wrong.
+        problem: String,
+    },
     /// A tensor's size is not its element count times its element size.
     #[error("tensor {index}: size {size}, but shape {shape:?} of {dtype} needs {expected}")]
     ShapeSize {

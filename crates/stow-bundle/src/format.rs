@@ -22,8 +22,24 @@ use bytemuck::{Pod, Zeroable};
 pub const MAGIC: [u8; 8] = *b"STOWBNDL";
 /// The format version this crate reads and writes.
 pub const VERSION: u32 = 1;
-/// Flags this version understands (none yet): any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = 0;
+/// Header flag: the arena is split into several memory pools, listed in a
+/// POOLS section; each arena tensor's record names its pool in the high 16
+/// bits of `region`. Old readers reject the flag rather than misplace
+/// tensors of different pools in one arena.
+pub const FLAG_POOLS: u32 = 1;
+/// Flags this version understands: any other bit is rejected.
+pub const KNOWN_FLAGS: u32 = FLAG_POOLS;
+/// Size of one [`PoolRecord`].
+pub const POOL_RECORD_LEN: usize = 32;
+/// Most pools a bundle may declare (a fixed bound, so that a runtime can
+/// hold one view per pool without allocating).
+pub const MAX_POOLS: u32 = 8;
+/// Bytes of a pool name in its record (UTF-8, zero-padded).
+pub const POOL_NAME_LEN: usize = 16;
+/// The `region` bits holding the region code; the bits above hold the pool.
+pub const REGION_CODE_MASK: u32 = 0xFFFF;
+/// Shift of the pool index within a record's `region`.
+pub const REGION_POOL_SHIFT: u32 = 16;
 /// Size of [`Header`].
 pub const HEADER_LEN: usize = 64;
 /// Size of one [`SectionEntry`].
@@ -58,6 +74,9 @@ pub mod kind {
     pub const METADATA: u32 = 4;
     /// Weight bytes.
     pub const WEIGHTS: u32 = 5;
+    /// Memory pools ([`super::PoolRecord`] × pool count); present exactly
+    /// when the header sets [`super::FLAG_POOLS`].
+    pub const POOLS: u32 = 6;
     /// Every kind, in the order version 1 writes them, with its alignment.
     /// All five are required.
     pub const ALL: [(u32, u64); 5] = [
@@ -70,6 +89,9 @@ pub mod kind {
 
     /// The alignment a known kind needs, `None` for unknown kinds.
     pub fn required_align(kind: u32) -> Option<u64> {
+        if kind == POOLS {
+            return Some(8);
+        }
         ALL.iter().find(|(k, _)| *k == kind).map(|&(_, a)| a)
     }
 
@@ -81,6 +103,7 @@ pub mod kind {
             SHAPES => "shapes",
             METADATA => "metadata",
             WEIGHTS => "weights",
+            POOLS => "pools",
             _ => "unknown",
         }
     }
@@ -142,7 +165,8 @@ pub struct TensorRecord {
     pub kind: u32,
     /// [`crate::DType`] code.
     pub dtype: u32,
-    /// [`crate::Region`] code.
+    /// [`crate::Region`] code in the low 16 bits; the tensor's pool in the
+    /// high 16 bits (0 unless the header sets [`FLAG_POOLS`]).
     pub region: u32,
     /// Byte offset in the region.
     pub offset: u64,
@@ -166,7 +190,22 @@ pub struct TensorRecord {
     pub rank: u32,
 }
 
+/// One memory pool of a bundle with [`FLAG_POOLS`], in preference order
+/// (fastest first). Pool 0 is the header's arena (`arena_bytes`,
+/// `arena_align`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct PoolRecord {
+    /// Bytes of the pool's buffer; every tensor of the pool lies within.
+    pub bytes: u64,
+    /// Alignment its buffer's first byte needs (a power of two).
+    pub align: u64,
+    /// Name, UTF-8, non-empty, unique in the bundle, zero-padded.
+    pub name: [u8; POOL_NAME_LEN],
+}
+
 const _: () = assert!(core::mem::size_of::<Header>() == HEADER_LEN);
+const _: () = assert!(core::mem::size_of::<PoolRecord>() == POOL_RECORD_LEN);
 const _: () = assert!(core::mem::size_of::<SectionEntry>() == SECTION_ENTRY_LEN);
 const _: () = assert!(core::mem::size_of::<TensorRecord>() == TENSOR_RECORD_LEN);
 const _: () = assert!(HEADER_CRC_OFFSET == 28);

@@ -32,6 +32,7 @@ mod file;
 pub mod format;
 mod header;
 mod meta;
+mod pools;
 pub mod proto;
 mod read;
 mod records;
@@ -45,8 +46,8 @@ mod tests;
 
 pub use checksum::crc32;
 pub use contents::{
-    AliasKind, AttrValue, Contents, DType, Op, ParseDTypeError, Provenance, Region, Tensor,
-    TensorKind,
+    AliasKind, AttrValue, Contents, DType, MemoryPool, Op, ParseDTypeError, Provenance, Region,
+    Tensor, TensorKind,
 };
 pub use error::BundleError;
 #[cfg(feature = "std")]

@@ -2,10 +2,10 @@
 //! [`crate::proto`], and the cross-checks between the metadata, the header
 //! and the fixed tensor records.
 
-use crate::contents::{AttrValue, Contents, Op, Provenance, Tensor};
+use crate::contents::{AttrValue, Contents, MemoryPool, Op, Provenance, Tensor};
 use crate::error::BundleError;
 use crate::format::{Header, NO_ALIAS};
-use crate::proto::{AttributeMeta, BundleMeta, OpMeta, ProvenanceMeta, TensorMeta};
+use crate::proto::{AttributeMeta, BundleMeta, OpMeta, PoolMeta, ProvenanceMeta, TensorMeta};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
@@ -31,6 +31,15 @@ fn tensor_meta(t: &Tensor) -> TensorMeta {
         last_step: t.last_step,
         alias_kind: t.alias_of.map_or(0, |(k, _)| k as u32),
         alias_of: t.alias_of.map_or(NO_ALIAS, |(_, of)| of),
+        pool: t.pool,
+    }
+}
+
+fn pool_meta(p: &MemoryPool) -> PoolMeta {
+    PoolMeta {
+        name: p.name.clone(),
+        bytes: p.bytes,
+        align: p.align,
     }
 }
 
@@ -78,6 +87,7 @@ pub(crate) fn to_message(c: &Contents) -> BundleMeta {
             producer: p.producer.clone(),
             source_model: p.source_model.clone(),
         }),
+        pools: c.pools.iter().map(pool_meta).collect(),
     }
 }
 
@@ -114,6 +124,7 @@ pub(crate) fn decode(
     offset: u64,
     header: &Header,
     tensors: Vec<Tensor>,
+    pools: Vec<MemoryPool>,
 ) -> Result<Contents, BundleError> {
     let meta = BundleMeta::decode(bytes).map_err(|source| BundleError::Metadata {
         offset,
@@ -141,6 +152,14 @@ pub(crate) fn decode(
     }
     for (index, (t, m)) in tensors.iter().zip(&meta.tensors).enumerate() {
         compare(index, &tensor_meta(t), m)?;
+    }
+    let records: Vec<PoolMeta> = pools.iter().map(pool_meta).collect();
+    if records != meta.pools {
+        return Err(BundleError::MetadataVsHeader {
+            field: "pools",
+            metadata: meta.pools.len() as u64,
+            header: records.len() as u64,
+        });
     }
     let mut ops = Vec::with_capacity(meta.ops.len());
     for (i, op) in meta.ops.into_iter().enumerate() {
@@ -174,6 +193,7 @@ pub(crate) fn decode(
             producer: p.producer,
             source_model: p.source_model,
         },
+        pools,
     };
     check_refs(&contents)?;
     Ok(contents)
@@ -194,7 +214,8 @@ fn compare(index: usize, record: &TensorMeta, meta: &TensorMeta) -> Result<(), B
         )*};
     }
     same!(
-        name, kind, dtype, shape, region, offset, size, first_step, last_step, alias_kind, alias_of
+        name, kind, dtype, shape, region, offset, size, first_step, last_step, alias_kind,
+        alias_of, pool
     );
     Ok(())
 }

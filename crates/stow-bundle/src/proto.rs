@@ -34,6 +34,24 @@ pub struct BundleMeta {
     /// Where the plan came from.
     #[prost(message, optional, tag = "7")]
     pub provenance: Option<ProvenanceMeta>,
+    /// Memory pools, fastest first; equal to the POOLS section's records.
+    /// Empty for a bundle with one arena.
+    #[prost(message, repeated, tag = "8")]
+    pub pools: Vec<PoolMeta>,
+}
+
+/// One memory pool; equals its POOLS record.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PoolMeta {
+    /// Name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Bytes of the pool's buffer.
+    #[prost(uint64, tag = "2")]
+    pub bytes: u64,
+    /// Alignment of its first byte.
+    #[prost(uint64, tag = "3")]
+    pub align: u64,
 }
 
 /// One tensor; every field equals the tensor's fixed record.
@@ -72,6 +90,10 @@ pub struct TensorMeta {
     /// Aliased tensor id, 0xFFFFFFFF when `alias_kind` is 0.
     #[prost(uint32, tag = "11")]
     pub alias_of: u32,
+    /// Pool of an arena tensor (index into `BundleMeta.pools`); 0 for
+    /// weights and without pools. The record's `region` carries it too.
+    #[prost(uint32, tag = "12")]
+    pub pool: u32,
 }
 
 /// One operator.

@@ -4,9 +4,9 @@
 
 use crate::contents::{Contents, Region};
 use crate::error::BundleError;
-use crate::format::{kind, Header, TENSOR_RECORD_LEN};
+use crate::format::{kind, Header, FLAG_POOLS, TENSOR_RECORD_LEN};
 use crate::sections::{self, slice, SectionInfo};
-use crate::{header, meta, records};
+use crate::{header, meta, pools, records};
 use alloc::borrow::Cow;
 use alloc::vec::Vec;
 use core::fmt;
@@ -16,7 +16,7 @@ use core::fmt;
 pub struct HeaderInfo {
     /// Format version.
     pub version: u32,
-    /// Flags (none are defined in version 1).
+    /// Flags ([`crate::format::FLAG_POOLS`] is the one defined).
     pub flags: u32,
     /// File length in bytes.
     pub file_len: u64,
@@ -24,7 +24,7 @@ pub struct HeaderInfo {
     pub section_count: u32,
     /// Stored CRC-32 of the header and section table.
     pub header_crc: u32,
-    /// Activation arena size in bytes.
+    /// Activation arena size in bytes (pool 0 of a bundle with pools).
     pub arena_bytes: u64,
     /// Alignment the arena base needs (a power of two).
     pub arena_align: u64,
@@ -75,15 +75,46 @@ impl Parsed {
                 found: records.len() as u64,
             });
         }
+        let pool_section = sections.iter().find(|s| s.kind == kind::POOLS);
+        let pools = match (header.flags & FLAG_POOLS != 0, pool_section) {
+            (true, Some(s)) => {
+                pools::decode(s.body(bytes), header.arena_bytes, header.arena_align)?
+            }
+            (false, None) => Vec::new(),
+            (true, None) => {
+                return Err(BundleError::BadPool {
+                    index: 0,
+                    problem: "the header's pools flag is set but there is no POOLS section".into(),
+                })
+            }
+            (false, Some(_)) => {
+                return Err(BundleError::BadPool {
+                    index: 0,
+                    problem: "a POOLS section is present but the header's pools flag is not set"
+                        .into(),
+                })
+            }
+        };
+        let pool_bytes: Vec<u64> = if pools.is_empty() {
+            alloc::vec![header.arena_bytes]
+        } else {
+            pools.iter().map(|p| p.bytes).collect()
+        };
         let tensors = records::decode(
             records,
             find(kind::STRINGS)?.1.body(bytes),
             find(kind::SHAPES)?.1.body(bytes),
-            header.arena_bytes,
+            &pool_bytes,
             weight_section.length,
         )?;
         let metadata = find(kind::METADATA)?.1;
-        let contents = meta::decode(metadata.body(bytes), metadata.offset, &header, tensors)?;
+        let contents = meta::decode(
+            metadata.body(bytes),
+            metadata.offset,
+            &header,
+            tensors,
+            pools,
+        )?;
         Ok(Parsed {
             header,
             sections,

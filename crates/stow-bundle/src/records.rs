@@ -10,7 +10,9 @@
 
 use crate::contents::{AliasKind, DType, Region, Tensor, TensorKind};
 use crate::error::BundleError;
-use crate::format::{TensorRecord, NO_ALIAS, TENSOR_RECORD_LEN, WEIGHT_ALIGN};
+use crate::format::{
+    TensorRecord, NO_ALIAS, REGION_CODE_MASK, REGION_POOL_SHIFT, TENSOR_RECORD_LEN, WEIGHT_ALIGN,
+};
 use crate::sections::slice;
 use alloc::string::ToString;
 use alloc::vec::Vec;
@@ -44,7 +46,7 @@ pub(crate) fn encode(tensors: &[Tensor]) -> Result<Encoded, BundleError> {
             id: u32_of("tensors", i)?,
             kind: t.kind as u32,
             dtype: t.dtype as u32,
-            region: t.region as u32,
+            region: t.region as u32 | t.pool << REGION_POOL_SHIFT,
             offset: t.offset,
             size: t.size,
             first_step: t.first_step,
@@ -72,13 +74,14 @@ pub(crate) fn encode(tensors: &[Tensor]) -> Result<Encoded, BundleError> {
 }
 
 /// Decodes and validates every record (`records.len()` is a multiple of
-/// [`TENSOR_RECORD_LEN`], checked by the caller) against the arena size and
-/// the weight section length.
+/// [`TENSOR_RECORD_LEN`], checked by the caller) against the pool sizes
+/// (the arena alone in a bundle without pools) and the weight section
+/// length.
 pub(crate) fn decode(
     records: &[u8],
     strings: &[u8],
     shapes: &[u8],
-    arena_bytes: u64,
+    pool_bytes: &[u64],
     weights_len: u64,
 ) -> Result<Vec<Tensor>, BundleError> {
     let count = records.len() / TENSOR_RECORD_LEN;
@@ -97,7 +100,8 @@ pub(crate) fn decode(
         }
         let kind = TensorKind::from_code(r.kind).ok_or_else(|| bad("kind", r.kind.into()))?;
         let dtype = DType::from_code(r.dtype).ok_or_else(|| bad("dtype", r.dtype.into()))?;
-        let region = Region::from_code(r.region).ok_or_else(|| bad("region", r.region.into()))?;
+        let region = Region::from_code(r.region & REGION_CODE_MASK)
+            .ok_or_else(|| bad("region", r.region.into()))?;
         let alias_of = match (r.alias_kind, r.alias_of) {
             (0, NO_ALIAS) => None,
             (0, of) => return Err(bad("alias_of", of.into())),
@@ -134,8 +138,9 @@ pub(crate) fn decode(
             first_step: r.first_step,
             last_step: r.last_step,
             alias_of,
+            pool: r.region >> REGION_POOL_SHIFT,
         };
-        check_tensor(index, &tensor, count, arena_bytes, weights_len)?;
+        check_tensor(index, &tensor, count, pool_bytes, weights_len)?;
         tensors.push(tensor);
     }
     let unused = |kind, expected, found: usize| BundleError::SectionSize {
@@ -165,14 +170,15 @@ pub(crate) fn check_role(index: usize, t: &Tensor) -> Result<(), BundleError> {
 }
 
 /// The rules every tensor obeys, in files and in writer input: weights
-/// (and only they) live in the weight region, 64-aligned; size equals the
-/// shape's bytes; the bytes lie inside the region; `first_step <=
+/// (and only they) live in the weight region, 64-aligned; an arena tensor's
+/// pool exists (weights are in pool 0); size equals the shape's bytes; the
+/// bytes lie inside the region (the tensor's pool); `first_step <=
 /// last_step`; an alias names an existing tensor.
 pub(crate) fn check_tensor(
     index: usize,
     t: &Tensor,
     count: usize,
-    arena_bytes: u64,
+    pool_bytes: &[u64],
     weights_len: u64,
 ) -> Result<(), BundleError> {
     let bad = |field: &'static str, value: u64| BundleError::BadField {
@@ -181,6 +187,13 @@ pub(crate) fn check_tensor(
         value,
     };
     check_role(index, t)?;
+    let pool_limit = pool_bytes.get(t.pool as usize).copied();
+    if pool_limit.is_none() || (t.region == Region::Weights && t.pool != 0) {
+        return Err(bad(
+            "region",
+            (t.region as u32 | t.pool << REGION_POOL_SHIFT).into(),
+        ));
+    }
     let expected = t.shape_bytes();
     if expected != Some(t.size) {
         return Err(BundleError::ShapeSize {
@@ -192,7 +205,7 @@ pub(crate) fn check_tensor(
         });
     }
     let limit = match t.region {
-        Region::Arena => arena_bytes,
+        Region::Arena => pool_limit.unwrap_or(0),
         Region::Weights => weights_len,
     };
     if t.offset.checked_add(t.size).is_none_or(|end| end > limit) {

@@ -26,6 +26,7 @@ pub fn sample() -> (Contents, Vec<Vec<u8>>) {
             first_step: first,
             last_step: last,
             alias_of: None,
+            pool: 0,
         };
         t.size = t.shape_bytes().unwrap_or(0);
         t
@@ -81,8 +82,33 @@ pub fn sample() -> (Contents, Vec<Vec<u8>>) {
             producer: "stow test".into(),
             source_model: "sample.onnx".into(),
         },
+        pools: Vec::new(),
     };
     (c, weights)
+}
+
+/// [`sample`] with its arena split into two memory pools: the output moves
+/// to a second pool `dram` of 64 bytes, at offset 0 (where pool 0 holds
+/// the input).
+pub fn sample_pooled() -> (Contents, Vec<Vec<u8>>) {
+    let (mut c, w) = sample();
+    let out = c.outputs[0] as usize;
+    c.tensors[out].pool = 1;
+    c.tensors[out].offset = 0;
+    c.tensors[out].alias_of = None;
+    c.pools = vec![
+        MemoryPool {
+            name: "sram".into(),
+            bytes: c.arena_bytes,
+            align: c.arena_align,
+        },
+        MemoryPool {
+            name: "dram".into(),
+            bytes: 64,
+            align: 64,
+        },
+    ];
+    (c, w)
 }
 
 /// Slices of owned weights, as [`to_bytes`] takes them.
@@ -316,6 +342,7 @@ fn arb_tensor(n: usize) -> impl Strategy<Value = (Tensor, u64, u64)> {
                     first_step: a.min(b),
                     last_step: a.max(b),
                     alias_of,
+                    pool: 0,
                 };
                 t.size = t.shape_bytes().unwrap_or(0);
                 (t, offset, seed)
@@ -379,6 +406,7 @@ pub fn arb_bundle() -> impl Strategy<Value = (Contents, Vec<Vec<u8>>)> {
                     producer: "proptest".into(),
                     source_model: "m.onnx".into(),
                 },
+                pools: Vec::new(),
             };
             (c, weights)
         })

@@ -63,9 +63,10 @@ fn key(tag: u32, wire: u64, out: &mut Vec<u8>) {
     varint((u64::from(tag) << 3) | wire, out);
 }
 
-const MESSAGES: [&str; 5] = [
+const MESSAGES: [&str; 6] = [
     "BundleMeta",
     "TensorMeta",
+    "PoolMeta",
     "OpMeta",
     "AttributeMeta",
     "ProvenanceMeta",
@@ -138,6 +139,7 @@ fn decode_as(message: &str, bytes: &[u8]) -> (Vec<u8>, String) {
     match message {
         "BundleMeta" => go::<BundleMeta>(bytes),
         "TensorMeta" => go::<TensorMeta>(bytes),
+        "PoolMeta" => go::<PoolMeta>(bytes),
         "OpMeta" => go::<OpMeta>(bytes),
         "AttributeMeta" => go::<AttributeMeta>(bytes),
         "ProvenanceMeta" => go::<ProvenanceMeta>(bytes),

@@ -6,11 +6,11 @@ use crate::checksum::crc32;
 use crate::contents::{Contents, Region};
 use crate::error::BundleError;
 use crate::format::{
-    kind, Header, SectionEntry, HEADER_LEN, MAGIC, MAX_ITEMS, SECTION_ENTRY_LEN, VERSION,
-    WEIGHT_ALIGN,
+    kind, Header, SectionEntry, FLAG_POOLS, HEADER_LEN, MAGIC, MAX_ITEMS, SECTION_ENTRY_LEN,
+    VERSION, WEIGHT_ALIGN,
 };
 use crate::read::BundleView;
-use crate::{header, meta, records};
+use crate::{header, meta, pools, records};
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -146,8 +146,12 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
             weights_len = t.offset + t.size;
         }
     }
+    if !c.pools.is_empty() {
+        pools::check(&c.pools, c.arena_bytes, c.arena_align)?;
+    }
+    let pool_bytes: Vec<u64> = c.pool_sizes().iter().map(|&(b, _)| b).collect();
     for (index, t) in c.tensors.iter().enumerate() {
-        records::check_tensor(index, t, n, c.arena_bytes, weights_len)?;
+        records::check_tensor(index, t, n, &pool_bytes, weights_len)?;
     }
     meta::check_refs(&c)?;
     let encoded = records::encode(&c.tensors)?;
@@ -155,7 +159,7 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
     let header = Header {
         magic: MAGIC,
         version: VERSION,
-        flags: 0,
+        flags: if c.pools.is_empty() { 0 } else { FLAG_POOLS },
         file_len: 0,
         section_count: 0,
         header_crc: 0,
@@ -166,18 +170,24 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
         reserved: [0; 8],
     };
     let align = |k: u32| kind::required_align(k).unwrap_or(8);
-    let bodies = [
+    let pool_records = pools::encode(&c.pools);
+    let mut bodies = vec![
         Body::whole(kind::TENSORS, align(kind::TENSORS), &encoded.records),
         Body::whole(kind::STRINGS, align(kind::STRINGS), &encoded.strings),
         Body::whole(kind::SHAPES, align(kind::SHAPES), &encoded.shapes),
         Body::whole(kind::METADATA, align(kind::METADATA), &metadata),
-        Body {
-            kind: kind::WEIGHTS,
-            align: WEIGHT_ALIGN,
-            len: weights_len,
-            pieces,
-        },
     ];
+    // Only bundles with pools carry the section, so a bundle with one
+    // arena is byte for byte what earlier writers produced.
+    if !c.pools.is_empty() {
+        bodies.push(Body::whole(kind::POOLS, align(kind::POOLS), &pool_records));
+    }
+    bodies.push(Body {
+        kind: kind::WEIGHTS,
+        align: WEIGHT_ALIGN,
+        len: weights_len,
+        pieces,
+    });
     let out = assemble(header, &bodies);
     let view = BundleView::parse(&out)?;
     view.verify_weights()?;

@@ -22,11 +22,14 @@ fn expected(bytes: &[u8]) -> String {
     for sec in view.sections() {
         s += &format!("section {} {} {}\n", sec.kind, sec.offset, sec.length);
     }
+    for (i, p) in view.contents().pools.iter().enumerate() {
+        s += &format!("pool {i} {} {} {}\n", p.name, p.bytes, p.align);
+    }
     for (id, t) in view.contents().tensors.iter().enumerate() {
         let (ak, of) = t.alias_of.map_or((0, u32::MAX), |(k, of)| (k as u32, of));
         s += &format!(
             "tensor {id} kind {} dtype {} region {} offset {} size {} steps {} {} alias {ak} {of} name {}:{} dims",
-            t.kind as u32, t.dtype as u32, t.region as u32, t.offset, t.size,
+            t.kind as u32, t.dtype as u32, t.region as u32 | t.pool << 16, t.offset, t.size,
             t.first_step, t.last_step, t.name.len(), t.name
         );
         for d in &t.shape {
@@ -57,6 +60,12 @@ fn c_reader_agrees_with_rust_reader() {
     let (c, w) = sample();
     let bytes = to_bytes(&c, &refs(&w)).unwrap();
     assert_eq!(run(&exe, dir.path(), &bytes), (true, expected(&bytes)));
+    // A bundle with memory pools: the C reader finds each tensor's pool.
+    let (pc, pw) = stow_bundle::testing::sample_pooled();
+    let pooled = to_bytes(&pc, &refs(&pw)).unwrap();
+    let (ok, out) = run(&exe, dir.path(), &pooled);
+    assert!(out.contains("pool 1 dram 64 64"), "{out}");
+    assert_eq!((ok, out), (true, expected(&pooled)));
     // And it rejects a corrupted header.
     let mut bad = bytes.clone();
     bad[40] ^= 1;

@@ -33,7 +33,16 @@ fn check_round_trip(c: &Contents, w: &[Vec<u8>]) {
         (c.arena_bytes, c.arena_align)
     );
     let kinds: Vec<u32> = view.sections().iter().map(|s| s.kind).collect();
-    assert_eq!(kinds, testing::KINDS);
+    if c.pools.is_empty() {
+        assert_eq!(kinds, testing::KINDS);
+        assert_eq!(h.flags, 0);
+    } else {
+        // The pool list sits just before the weights, which end the file.
+        let mut expected = testing::KINDS.to_vec();
+        expected.insert(expected.len() - 1, kind::POOLS);
+        assert_eq!(kinds, expected);
+        assert_eq!(h.flags, stow_bundle::format::FLAG_POOLS);
+    }
     assert_eq!(to_bytes(c, &refs(w)).unwrap(), bytes, "deterministic");
 }
 
@@ -41,6 +50,23 @@ fn check_round_trip(c: &Contents, w: &[Vec<u8>]) {
 fn sample_round_trips() {
     let (c, w) = sample();
     check_round_trip(&c, &w);
+}
+
+#[test]
+fn pooled_sample_round_trips() {
+    let (c, w) = testing::sample_pooled();
+    check_round_trip(&c, &w);
+    let bytes = to_bytes(&c, &refs(&w)).unwrap();
+    let view = BundleView::parse(&bytes).unwrap();
+    let out = c.outputs[0] as usize;
+    assert_eq!(view.contents().tensors[out].pool, 1);
+    assert_eq!(view.contents().pool_count(), 2);
+    assert_eq!(view.contents().pool_sizes(), vec![(128, 64), (64, 64)]);
+    // The record carries the pool in the high half of `region`.
+    let records = &bytes[view.sections()[0].offset as usize..];
+    let at = out * stow_bundle::format::TENSOR_RECORD_LEN + 12;
+    let region = u32::from_le_bytes(records[at..at + 4].try_into().unwrap());
+    assert_eq!(region, 1 | 1 << 16);
 }
 
 #[test]

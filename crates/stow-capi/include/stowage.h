@@ -158,7 +158,8 @@ stow_status stow_bundle_output_index(const stow_bundle *bundle, const char *name
 
 typedef struct stow_session stow_session; /* opaque */
 
-/* A session whose arena is allocated here. */
+/* A session whose arena is allocated here (one buffer per memory pool
+ * for a bundle compiled with `stow compile --pool`). */
 stow_status stow_session_create(const stow_bundle *bundle, size_t threads, stow_session **out,
                                 char *msg, size_t msg_cap);
 
@@ -168,7 +169,10 @@ stow_status stow_session_create(const stow_bundle *bundle, size_t threads, stow_
  * arena bytes (STOW_ERR_TOO_SMALL): see stow_bundle_arena. Its first
  * arena bytes are zeroed here; the buffer must stay valid until
  * stow_session_free, and nothing but this session (and the pointers it
- * hands out) may touch it meanwhile. It is not freed by the library. */
+ * hands out) may touch it meanwhile. It is not freed by the library.
+ * A bundle split across memory pools needs one buffer per pool and is
+ * refused here (STOW_ERR_UNSUPPORTED); the Rust API (Session::in_buffers)
+ * takes them, the C API does not yet. */
 stow_status stow_session_create_in(const stow_bundle *bundle, void *arena, size_t arena_len,
                                    size_t threads, stow_session **out, char *msg,
                                    size_t msg_cap);

@@ -30,6 +30,8 @@ fn session_failure(e: SessionError) -> Failure {
             ArenaError::Alloc { .. } => STOW_ERR_OUT_OF_MEMORY,
             ArenaError::Misaligned { .. } => STOW_ERR_MISALIGNED,
             ArenaError::TooSmall { .. } => STOW_ERR_TOO_SMALL,
+            // One caller buffer for a bundle split across memory pools.
+            ArenaError::PoolCount { .. } => STOW_ERR_UNSUPPORTED,
         },
         SessionError::Unsupported { .. } => STOW_ERR_UNSUPPORTED,
         SessionError::NoThreads => STOW_ERR_INVALID_ARGUMENT,

@@ -2,7 +2,7 @@
 //! the command and the Python package (`bundle.inspect()`).
 
 use serde_json::{json, Value};
-use stow_bundle::{AliasKind, Region, TensorKind};
+use stow_bundle::{AliasKind, Contents, Region, TensorKind};
 use stow_runtime::Bundle;
 
 /// `input`, `output`, `activation` or `weight`.
@@ -21,6 +21,83 @@ fn alias_kind_name(k: AliasKind) -> &'static str {
         AliasKind::View => "view",
         AliasKind::ConcatSlice => "concat_slice",
     }
+}
+
+/// What one memory pool of a bundle holds and serves, computed from the
+/// bundle alone (so `inspect` shows it for any bundle; a bundle without
+/// pools is one pool, `arena`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolUse {
+    /// The pool's name (`arena` without pools).
+    pub name: String,
+    /// Bytes of its buffer.
+    pub bytes: u64,
+    /// Alignment of its first byte.
+    pub align: u64,
+    /// Most bytes of the pool's tensors live at one step. A tensor that
+    /// shares bytes with another (in place, view, concat slice) is counted
+    /// once, through the tensor it aliases.
+    pub peak_live: u64,
+    /// Bytes read and written by the steps in this pool: each operand of
+    /// each operator counts its size once.
+    pub traffic: u64,
+}
+
+impl PoolUse {
+    /// `peak_live / bytes` (0 for an empty pool).
+    pub fn fill(&self) -> f64 {
+        if self.bytes == 0 {
+            0.0
+        } else {
+            self.peak_live as f64 / self.bytes as f64
+        }
+    }
+}
+
+/// Size, fill at the peak and traffic of every pool of `c`.
+pub fn pool_use(c: &Contents) -> Vec<PoolUse> {
+    let names: Vec<String> = if c.pools.is_empty() {
+        vec!["arena".to_string()]
+    } else {
+        c.pools.iter().map(|p| p.name.clone()).collect()
+    };
+    let sizes = c.pool_sizes();
+    let steps = c.ops.len().max(1);
+    let mut live = vec![vec![0u64; steps]; names.len()];
+    let mut traffic = vec![0u64; names.len()];
+    for t in c.tensors.iter().filter(|t| t.region == Region::Arena) {
+        if t.alias_of.is_some() {
+            continue;
+        }
+        if let Some(row) = live.get_mut(t.pool as usize) {
+            let last = (t.last_step as usize).min(steps - 1);
+            for slot in row.iter_mut().take(last + 1).skip(t.first_step as usize) {
+                *slot = slot.saturating_add(t.size);
+            }
+        }
+    }
+    for op in &c.ops {
+        for &id in op.inputs.iter().chain(&op.outputs) {
+            if let Some(t) = c.tensors.get(id as usize) {
+                if t.region == Region::Arena {
+                    if let Some(slot) = traffic.get_mut(t.pool as usize) {
+                        *slot = slot.saturating_add(t.size);
+                    }
+                }
+            }
+        }
+    }
+    names
+        .into_iter()
+        .enumerate()
+        .map(|(p, name)| PoolUse {
+            name,
+            bytes: sizes.get(p).map_or(0, |s| s.0),
+            align: sizes.get(p).map_or(1, |s| s.1),
+            peak_live: live[p].iter().copied().max().unwrap_or(0),
+            traffic: traffic[p],
+        })
+        .collect()
 }
 
 /// The bundle as one JSON object: header numbers, the plan's provenance
@@ -49,6 +126,7 @@ pub fn json(bundle: &Bundle) -> Value {
                 "last_step": t.last_step,
                 "alias_of": t.alias_of.and_then(|(_, of)| name_of(of)),
                 "alias_kind": t.alias_of.map(|(k, _)| alias_kind_name(k)),
+                "pool": t.pool,
             })
         })
         .collect();
@@ -56,6 +134,22 @@ pub fn json(bundle: &Bundle) -> Value {
         .ops
         .iter()
         .map(|o| json!({"name": o.name, "op_type": o.op_type, "inputs": o.inputs, "outputs": o.outputs}))
+        .collect();
+    let uses = pool_use(c);
+    let total: u64 = uses.iter().map(|p| p.traffic).sum();
+    let pools: Vec<_> = uses
+        .iter()
+        .map(|p| {
+            json!({
+                "name": p.name,
+                "bytes": p.bytes,
+                "align": p.align,
+                "peak_live_bytes": p.peak_live,
+                "fill": p.fill(),
+                "traffic_bytes": p.traffic,
+                "traffic_share": if total == 0 { 0.0 } else { p.traffic as f64 / total as f64 },
+            })
+        })
         .collect();
     json!({
         "format_version": bundle.header().version,
@@ -70,6 +164,7 @@ pub fn json(bundle: &Bundle) -> Value {
         "source_model": c.provenance.source_model,
         "inputs": c.inputs.iter().filter_map(|&i| name_of(i)).collect::<Vec<_>>(),
         "outputs": c.outputs.iter().filter_map(|&i| name_of(i)).collect::<Vec<_>>(),
+        "pools": pools,
         "tensors": tensors,
         "ops": ops,
     })

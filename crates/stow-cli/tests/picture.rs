@@ -438,6 +438,7 @@ fn thousands_of_tensors_make_a_page_and_a_picture_quickly() {
             first_step: i.saturating_sub(1),
             last_step: (i + 1).min(n - 2),
             alias_of: None,
+            pool: 0,
         })
         .collect();
     let ops: Vec<Op> = (1..n)
@@ -462,6 +463,7 @@ fn thousands_of_tensors_make_a_page_and_a_picture_quickly() {
             source_model: "chain".into(),
             ..Provenance::default()
         },
+        pools: Vec::new(),
     };
     let weights: Vec<&[u8]> = vec![&[]; n as usize];
     let dir = tempfile::tempdir().unwrap();

@@ -2,7 +2,7 @@
 //! pass that runs before planning.
 
 use stow_bundle::{
-    AliasKind, AttrValue, Contents, DType, Op, Provenance, Region, Tensor, TensorKind,
+    AliasKind, AttrValue, Contents, DType, MemoryPool, Op, Provenance, Region, Tensor, TensorKind,
 };
 use stow_onnx::{ModelGraph, OpInfo, TensorRole};
 use stow_plan::Plan;
@@ -65,6 +65,8 @@ pub struct PlannedModel<'a> {
     pub align: u64,
     /// File name of the model (recorded in the bundle's provenance).
     pub source_model: &'a str,
+    /// Names of the plan's pools, fastest first; empty for one arena.
+    pub pool_names: &'a [String],
 }
 
 /// The bundle code of an element type name (`f32`, `i64`, ... as
@@ -249,18 +251,24 @@ pub fn bundle_contents<'g>(
             TensorRole::Activation => (TensorKind::Activation, Region::Arena),
             TensorRole::Weight => (TensorKind::Weight, Region::Weights),
         };
+        let buffer = p.buffer_of.get(id).copied().flatten();
         let offset = match region {
-            Region::Arena => p
-                .buffer_of
-                .get(id)
-                .copied()
-                .flatten()
+            Region::Arena => buffer
                 .and_then(|b| p.plan.offsets.get(b))
                 .and_then(|o| o.checked_add(g.offset_in_buffer(id)))
                 .ok_or_else(|| ContentsError::Unplanned {
                     tensor: t.name.clone(),
                 })?,
             Region::Weights => 0,
+        };
+        let pool = match (region, p.pool_names.is_empty()) {
+            (Region::Arena, false) => buffer
+                .and_then(|b| p.plan.pool.get(b))
+                .map(|id| id.0)
+                .ok_or_else(|| ContentsError::Unplanned {
+                    tensor: t.name.clone(),
+                })?,
+            _ => 0,
         };
         weights.push(if region == Region::Weights {
             g.weight_bytes(id).unwrap_or(&[])
@@ -284,10 +292,26 @@ pub fn bundle_contents<'g>(
                     (AliasKind::ConcatSlice, concat_output as u32)
                 }
             }),
+            pool,
         });
     }
+    let pools: Vec<MemoryPool> = p
+        .pool_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| MemoryPool {
+            name: name.clone(),
+            bytes: p.plan.pool_bytes.get(i).copied().unwrap_or(0),
+            align: p.align,
+        })
+        .collect();
+    // With pools the header's arena is pool 0; without, the whole plan.
+    let arena_bytes = match pools.first() {
+        Some(first) => first.bytes,
+        None => p.plan.arena_bytes,
+    };
     let contents = Contents {
-        arena_bytes: p.plan.arena_bytes,
+        arena_bytes,
         arena_align: p.align,
         tensors,
         inputs: g.inputs.iter().map(|&i| i as u32).collect(),
@@ -302,6 +326,7 @@ pub fn bundle_contents<'g>(
             producer: format!("stow {}", env!("CARGO_PKG_VERSION")),
             source_model: p.source_model.to_string(),
         },
+        pools,
     };
     Ok((contents, weights))
 }

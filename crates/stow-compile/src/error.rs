@@ -2,6 +2,7 @@
 
 use crate::compare::Comparison;
 use crate::contents::ContentsError;
+use crate::pools::PoolsError;
 use std::path::PathBuf;
 use stow_bundle::BundleError;
 use stow_onnx::OnnxError;
@@ -57,6 +58,17 @@ pub enum CompileError {
         bytes: u64,
         /// The limit.
         limit: u64,
+    },
+    /// The pools or pins cannot be used: a bad pool name or count, an
+    /// unbounded pool before the last, a pin naming an unknown pool or
+    /// tensor, or a pinned tensor larger than its pool (named, with the
+    /// shortfall).
+    #[error("placing {} in pools", path.display())]
+    Pools {
+        /// The model.
+        path: PathBuf,
+        /// What is wrong.
+        source: PoolsError,
     },
     /// The planner failed: the capacity is too small (the cause says by
     /// how much), the problem is invalid, or a strategy's plan failed the

@@ -38,6 +38,7 @@ mod contents;
 mod error;
 mod options;
 mod pipeline;
+pub mod pools;
 mod report;
 
 pub use compare::{compare, Comparison, Outcome};
@@ -47,4 +48,5 @@ pub use contents::{
 pub use error::CompileError;
 pub use options::{CompileOptions, DEFAULT_ALIGN, DEFAULT_MAX_ARENA, DEFAULT_THREADS};
 pub use pipeline::{compile, Compiled};
+pub use pools::{Pin, Placement, PoolReport, PoolSpec, PoolsError};
 pub use report::{Report, TensorCounts};

@@ -1,5 +1,6 @@
 //! What to compile with: [`CompileOptions`] and its defaults.
 
+use crate::pools::{Pin, Placement, PoolSpec};
 use stow_onnx::{FixedInput, InputShape, ReuseOptions};
 use stow_plan::PlanOptions;
 
@@ -55,6 +56,17 @@ pub struct CompileOptions {
     /// one's arena and time in [`Report::comparison`](crate::Report::comparison)
     /// (the bundle still uses [`CompileOptions::plan`]). Default: false.
     pub compare: bool,
+    /// Memories to split the arena across, fastest first (`--pool
+    /// NAME=BYTES`, repeatable; the last may be unbounded). Empty: one
+    /// arena, and the bundle is one that readers without pools open.
+    /// Default: none.
+    pub pools: Vec<PoolSpec>,
+    /// Tensors or operators that must live in a named pool (`--pin
+    /// NAME=POOL`). Default: none.
+    pub pins: Vec<Pin>,
+    /// Which buffers the bounded pools take first. Default
+    /// [`Placement::Gain`].
+    pub placement: Placement,
 }
 
 impl Default for CompileOptions {
@@ -69,6 +81,9 @@ impl Default for CompileOptions {
             threads: DEFAULT_THREADS,
             max_arena: DEFAULT_MAX_ARENA,
             compare: false,
+            pools: Vec::new(),
+            pins: Vec::new(),
+            placement: Placement::Gain,
         }
     }
 }

@@ -4,6 +4,7 @@ use crate::compare::{compare, Comparison};
 use crate::contents::{bundle_contents, plan_scratch, PlannedModel};
 use crate::error::CompileError;
 use crate::options::CompileOptions;
+use crate::pools;
 use crate::report::{Report, ReportInputs};
 use std::fmt;
 use std::path::Path;
@@ -92,6 +93,12 @@ impl fmt::Debug for Compiled {
 /// the report; build the bundle contents and encode them (the writer
 /// validates its own output).
 ///
+/// With [`CompileOptions::pools`], the pins are applied first (a pinned
+/// tensor larger than its pool is refused, [`CompileError::Pools`]), the
+/// unpinned buffers are offered to the bounded pools in the order of
+/// [`CompileOptions::placement`], and each pool is planned and checked as
+/// one arena; the bundle lists the pools and each tensor's pool.
+///
 /// Each stage's failure is its own [`CompileError`] variant. Nothing is
 /// written: see [`Compiled::write`].
 pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, CompileError> {
@@ -133,20 +140,57 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             limit,
         });
     }
-    let (problem, buffer_of) = graph.problem(options.align);
+    let (unpooled, buffer_of) = graph.problem(options.align);
     let planning = |source: PlanError, comparison: Option<Vec<Comparison>>| CompileError::Plan {
         path: path(),
         source,
         comparison,
     };
     let comparison = if options.compare {
-        Some(compare(&problem, &options.plan).map_err(|e| planning(e, None))?)
+        Some(compare(&unpooled, &options.plan).map_err(|e| planning(e, None))?)
     } else {
         None
     };
-    let chosen = match plan(&problem, &options.plan) {
-        Ok(p) => p,
-        Err(e) => return Err(planning(e, comparison)),
+    let traffic = pools::traffic(&graph, &buffer_of, unpooled.buffers.len());
+    let (problem, orders) = if options.pools.is_empty() {
+        (unpooled.clone(), vec![None])
+    } else {
+        let pooled = pools::apply(&graph, &buffer_of, &unpooled, &options.pools, &options.pins)
+            .map_err(|source| CompileError::Pools {
+                path: path(),
+                source,
+            })?;
+        let orders = pools::admission_orders(&pooled, &traffic, options.placement);
+        (pooled, orders.into_iter().map(Some).collect())
+    };
+    // Each admission order is planned (and checked); the plan whose faster
+    // pools serve the most traffic wins, the first order on ties. A
+    // failure is reported only when every order fails, as the first one's.
+    let mut best: Option<(Vec<u64>, Plan)> = None;
+    let mut first_error = None;
+    for admission in orders {
+        let plan_options = PlanOptions {
+            admission,
+            ..options.plan.clone()
+        };
+        match plan(&problem, &plan_options) {
+            Ok(p) => {
+                let served = pools::served(&problem, &p, &traffic);
+                if best.as_ref().is_none_or(|(s, _)| served > *s) {
+                    best = Some((served, p));
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let chosen = match (best, first_error) {
+        (Some((_, p)), _) => p,
+        (None, Some(e)) => return Err(planning(e, comparison)),
+        // There is always at least one order; were there none, the
+        // closest truthful report is that no plan could be made.
+        (None, None) => return Err(planning(PlanError::Overflow, comparison)),
     };
     if chosen.arena_bytes > limit {
         return Err(CompileError::ArenaOverMaxArena {
@@ -156,7 +200,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         });
     }
     let naive = plan(
-        &problem,
+        &unpooled,
         &PlanOptions {
             strategy: Strategy::Naive,
             ..PlanOptions::default()
@@ -167,6 +211,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let pool_names: Vec<String> = options.pools.iter().map(|p| p.name.clone()).collect();
     let planned = PlannedModel {
         graph: &graph,
         buffer_of: &buffer_of,
@@ -174,6 +219,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         naive_bytes: naive.arena_bytes,
         align: options.align,
         source_model: &source_model,
+        pool_names: &pool_names,
     };
     let (contents, weights) =
         bundle_contents(&planned).map_err(|source| CompileError::Contents {
@@ -194,6 +240,8 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         comparison,
         scratch_above_bound,
         compile_time: started.elapsed(),
+        pools: pools::report(&problem, &chosen, &options.pools, &traffic),
+        placement: options.placement,
     });
     Ok(Compiled {
         bytes,

@@ -2,6 +2,7 @@
 
 use crate::compare::Comparison;
 use crate::contents::ScratchAboveBound;
+use crate::pools::{Placement, PoolReport};
 use std::time::Duration;
 use stow_onnx::{Alias, ExecutionOrder, ModelGraph};
 use stow_plan::{Plan, Problem, Strategy};
@@ -60,7 +61,7 @@ pub struct Report {
     pub tensors: TensorCounts,
     /// Total bytes of the weights.
     pub weight_bytes: u64,
-    /// Planned arena size in bytes.
+    /// Planned arena size in bytes (with pools, the sum of their sizes).
     pub arena_bytes: u64,
     /// The problem's lower bound: the largest total of buffers alive at
     /// one step (or the heaviest clique of a conflict graph).
@@ -92,6 +93,11 @@ pub struct Report {
     /// Steps whose kernel scratch, even at its smallest blocking, raises
     /// the arena above the model tensors' bound, and by how much.
     pub scratch_above_bound: Vec<ScratchAboveBound>,
+    /// Per memory pool, fastest first: size, fill at its peak and the
+    /// traffic it serves. Empty without pools.
+    pub pools: Vec<PoolReport>,
+    /// How unpinned buffers were offered to the bounded pools.
+    pub placement: Placement,
 }
 
 /// The parts of a compile a report is made of.
@@ -106,6 +112,8 @@ pub(crate) struct ReportInputs<'a> {
     pub comparison: Option<Vec<Comparison>>,
     pub scratch_above_bound: Vec<ScratchAboveBound>,
     pub compile_time: Duration,
+    pub pools: Vec<PoolReport>,
+    pub placement: Placement,
 }
 
 impl Report {
@@ -128,6 +136,8 @@ impl Report {
             bundle_bytes: r.bundle_bytes,
             comparison: r.comparison,
             scratch_above_bound: r.scratch_above_bound,
+            pools: r.pools,
+            placement: r.placement,
         }
     }
 }

@@ -354,7 +354,7 @@ impl Problem {
 impl Problem {
     /// The problem restricted to `ids` (in that order), without pools:
     /// buffer `k` of the result is buffer `ids[k]` of `self`.
-    pub(crate) fn subproblem(&self, ids: &[usize]) -> Problem {
+    pub fn subproblem(&self, ids: &[usize]) -> Problem {
         let buffers = ids
             .iter()
             .map(|&i| Buffer {

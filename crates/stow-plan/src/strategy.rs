@@ -203,6 +203,11 @@ pub struct PlanOptions {
     /// is the same on every run unless the time limit cuts the search
     /// short; only the node limit decides which preorder's layout is used.
     pub threads: Option<usize>,
+    /// With pools: the order in which buffers not pinned to a pool are
+    /// offered to the bounded pools, by buffer index (buffers it leaves out
+    /// follow, largest first). `None`: largest first. A compiler that knows
+    /// which buffers gain most from fast memory passes them first.
+    pub admission: Option<Vec<u32>>,
 }
 
 impl Default for PlanOptions {
@@ -215,6 +220,7 @@ impl Default for PlanOptions {
             search: SearchOptions::ALL_ON,
             peak_rounds: 32,
             threads: None,
+            admission: None,
         }
     }
 }

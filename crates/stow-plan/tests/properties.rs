@@ -253,6 +253,28 @@ proptest! {
     }
 
     #[test]
+    fn admission_order_decides_who_gets_the_fast_pool(
+        seed in any::<u64>(), n in 2usize..30, order_seed in any::<u64>(),
+    ) {
+        let mut p = random_lifetimes(seed, n, 10, 1000);
+        for b in p.buffers.iter_mut() {
+            b.pinned_offset = None;
+        }
+        // A fast pool exactly as large as the buffer listed first: that one
+        // must get it, whatever its size among the others.
+        let first = (order_seed % n as u64) as usize;
+        let fast = p.buffers[first].size;
+        let p = p.with_pools(vec![Pool::new("fast", fast), Pool::unbounded("slow")]);
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.swap(0, first);
+        let options = PlanOptions { admission: Some(order), ..options(Strategy::Auto) };
+        let plan = plan(&p, &options).unwrap();
+        assert_valid(&p, &plan);
+        prop_assert!(plan.pool_bytes[0] <= fast);
+        prop_assert_eq!(plan.pool[first], PoolId(0));
+    }
+
+    #[test]
     fn sparse_step_numbers_plan_like_dense_ones(
         seed in any::<u64>(), n in 1usize..50, steps in 1u32..30,
     ) {

@@ -178,5 +178,7 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
         threads: args.threads,
         max_arena: args.max_arena,
         compare: args.compare,
+        // Memory pools are not exposed to Python yet: one arena.
+        ..CompileOptions::default()
     })
 }

@@ -50,6 +50,20 @@ pub enum ArenaError {
         /// The alignment the bundle needs (`arena_align`).
         align: u64,
     },
+    /// The caller gave a number of buffers other than the bundle's number
+    /// of memory pools.
+    #[error(
+        "{}: {given} arena buffers given, the bundle plans {need} memory pools",
+        shown(path)
+    )]
+    PoolCount {
+        /// The bundle.
+        path: BundlePath,
+        /// Buffers given.
+        given: usize,
+        /// Pools the bundle plans.
+        need: usize,
+    },
     /// A caller's buffer is smaller than the arena.
     #[error(
         "{}: the arena buffer holds {given} bytes, the bundle needs {need}",
@@ -77,7 +91,10 @@ const CHUNK: usize = 64;
 /// A bundle's activation arena: `arena_bytes` zeroed bytes whose first
 /// byte is aligned to `arena_align`, allocated once ([`Arena::new`]) or
 /// placed in a buffer the caller lends for `'a` ([`Arena::in_buffer`]:
-/// static memory on a device).
+/// static memory on a device). A bundle whose arena is split across
+/// memory pools has one such buffer per pool ([`Arena::in_buffers`]);
+/// [`Arena::bytes`], [`Arena::len`] and [`Arena::align`] then describe
+/// pool 0, and [`Arena::pool_bytes`] any pool.
 ///
 /// Tensor views borrow the arena; the bundle is passed to each call only
 /// to find the tensor's offset, and must be the bundle the arena was made
@@ -92,13 +109,35 @@ const CHUNK: usize = 64;
 /// read outputs after the last step. The borrow checker still prevents
 /// two live views where one is mutable.
 pub struct Arena<'a> {
+    /// One memory per pool, pool 0 first (one for a bundle without pools).
+    pools: Vec<PoolMemory<'a>>,
+    plan: u32,
+}
+
+/// One pool's buffer.
+struct PoolMemory<'a> {
     storage: Storage<'a>,
-    /// Byte offset of the arena's first byte in the storage (non-zero
+    /// Byte offset of the pool's first byte in the storage (non-zero
     /// only for an allocation aligned above 64).
     start: usize,
     len: usize,
     align: u64,
-    plan: u32,
+}
+
+/// Where each pool starts in the one address space the kernels see: pool
+/// `p` at the end of pool `p − 1` rounded up to 64 bytes, so that offsets
+/// of different pools never coincide and an offset's alignment to an
+/// element size is the same in the pool and in that space. `None` when
+/// the sum does not fit in `usize`.
+pub(crate) fn pool_bases(contents: &stow_bundle::Contents) -> Option<Vec<usize>> {
+    let mut bases = Vec::with_capacity(contents.pool_count());
+    let mut next = 0usize;
+    for (bytes, _) in contents.pool_sizes() {
+        bases.push(next);
+        let end = next.checked_add(usize::try_from(bytes).ok()?)?;
+        next = end.checked_next_multiple_of(CHUNK)?;
+    }
+    Some(bases)
 }
 
 enum Storage<'a> {
@@ -122,16 +161,17 @@ impl Storage<'_> {
     }
 }
 
-impl<'a> Arena<'a> {
-    /// Places the arena `bundle` plans at the start of `buffer` and zeroes
-    /// it; nothing is allocated. The buffer must start at a multiple of
-    /// the bundle's `arena_align` ([`ArenaError::Misaligned`]) and hold at
-    /// least `arena_bytes` ([`ArenaError::TooSmall`]); bytes beyond are
-    /// left alone.
-    pub fn in_buffer(bundle: &Bundle, buffer: &'a mut [u8]) -> Result<Arena<'a>, ArenaError> {
-        let h = bundle.header();
+impl<'a> PoolMemory<'a> {
+    /// Places a pool of `bytes` aligned to `align` at the start of
+    /// `buffer` and zeroes it.
+    fn borrowed(
+        bundle: &Bundle,
+        buffer: &'a mut [u8],
+        bytes: u64,
+        align: u64,
+    ) -> Result<PoolMemory<'a>, ArenaError> {
         let path = || bundle.path_owned();
-        let align = h.arena_align.max(1);
+        let align = align.max(1);
         let address = buffer.as_ptr() as usize;
         // `align` is a power of two (validated); one above the address
         // space cannot be met by any address but 0.
@@ -142,37 +182,47 @@ impl<'a> Arena<'a> {
                 align,
             });
         }
-        let len = usize::try_from(h.arena_bytes)
+        let len = usize::try_from(bytes)
             .ok()
             .filter(|&n| n <= buffer.len())
             .ok_or_else(|| ArenaError::TooSmall {
                 path: path(),
                 given: buffer.len(),
-                need: h.arena_bytes,
+                need: bytes,
             })?;
         buffer[..len].fill(0);
-        Ok(Arena {
+        Ok(PoolMemory {
             storage: Storage::Borrowed(buffer),
             start: 0,
             len,
             align,
-            plan: h.header_crc,
         })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // `start + len` fits: allocated, or checked, at least that much.
+        let all = self.storage.all();
+        all.get(self.start..self.start + self.len).unwrap_or(&[])
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let (start, len) = (self.start, self.len);
+        let all = self.storage.all_mut();
+        all.get_mut(start..start + len).unwrap_or(&mut [])
     }
 }
 
-impl Arena<'static> {
-    /// Allocates the arena `bundle` plans, zeroed. Fails, rather than
-    /// aborting, when the allocation is refused.
-    pub fn new(bundle: &Bundle) -> Result<Arena<'static>, ArenaError> {
-        let h = bundle.header();
+impl PoolMemory<'static> {
+    /// Allocates a zeroed pool of `bytes` aligned to `align`. Fails,
+    /// rather than aborting, when the allocation is refused.
+    fn allocated(bundle: &Bundle, bytes: u64, align: u64) -> Result<Self, ArenaError> {
         let path = || bundle.path_owned();
-        let bytes = h.arena_bytes;
-        let align = h.arena_align.max(1);
+        let asked = align;
+        let align = align.max(1);
         if align > MAX_ARENA_ALIGN {
             return Err(ArenaError::Alignment {
                 path: path(),
-                align: h.arena_align,
+                align: asked,
             });
         }
         let alloc = || ArenaError::Alloc {
@@ -192,50 +242,124 @@ impl Arena<'static> {
         let align_usize = align as usize;
         let base = chunks.as_ptr() as usize;
         let start = (align_usize - base % align_usize) % align_usize;
-        Ok(Arena {
+        Ok(PoolMemory {
             storage: Storage::Allocated(chunks),
             start,
             len,
             align,
-            plan: h.header_crc,
+        })
+    }
+}
+
+impl<'a> Arena<'a> {
+    /// Places the arena `bundle` plans at the start of `buffer` and zeroes
+    /// it; nothing is allocated. The buffer must start at a multiple of
+    /// the bundle's `arena_align` ([`ArenaError::Misaligned`]) and hold at
+    /// least `arena_bytes` ([`ArenaError::TooSmall`]); bytes beyond are
+    /// left alone. A bundle with several memory pools needs
+    /// [`Arena::in_buffers`] ([`ArenaError::PoolCount`]).
+    pub fn in_buffer(bundle: &Bundle, buffer: &'a mut [u8]) -> Result<Arena<'a>, ArenaError> {
+        Arena::in_buffers(bundle, alloc::vec![buffer])
+    }
+
+    /// Places each memory pool `bundle` plans at the start of its buffer
+    /// (`buffers[p]` for pool `p`, fastest first, as
+    /// [`Contents::pool_sizes`](stow_bundle::Contents::pool_sizes) lists
+    /// them) and zeroes it. Each buffer must be aligned to its pool's
+    /// alignment and hold its bytes, and there must be one buffer per pool
+    /// ([`ArenaError::PoolCount`]). Only the list itself is allocated.
+    pub fn in_buffers(
+        bundle: &Bundle,
+        buffers: Vec<&'a mut [u8]>,
+    ) -> Result<Arena<'a>, ArenaError> {
+        let sizes = bundle.contents().pool_sizes();
+        if buffers.len() != sizes.len() {
+            return Err(ArenaError::PoolCount {
+                path: bundle.path_owned(),
+                given: buffers.len(),
+                need: sizes.len(),
+            });
+        }
+        let pools = buffers
+            .into_iter()
+            .zip(sizes)
+            .map(|(buffer, (bytes, align))| PoolMemory::borrowed(bundle, buffer, bytes, align))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arena {
+            pools,
+            plan: bundle.header().header_crc,
+        })
+    }
+}
+
+impl<'a> Arena<'a> {
+    /// Every pool's bytes, writable, pool 0 first.
+    pub(crate) fn pools_mut<'s>(&'s mut self) -> impl Iterator<Item = &'s mut [u8]> + use<'s, 'a> {
+        self.pools.iter_mut().map(PoolMemory::bytes_mut)
+    }
+}
+
+impl Arena<'static> {
+    /// Allocates the arena `bundle` plans (one buffer per memory pool),
+    /// zeroed. Fails, rather than aborting, when an allocation is refused.
+    pub fn new(bundle: &Bundle) -> Result<Arena<'static>, ArenaError> {
+        let pools = bundle
+            .contents()
+            .pool_sizes()
+            .into_iter()
+            .map(|(bytes, align)| PoolMemory::allocated(bundle, bytes, align))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Arena {
+            pools,
+            plan: bundle.header().header_crc,
         })
     }
 }
 
 impl Arena<'_> {
-    /// The arena's bytes.
+    /// The arena's bytes (pool 0's, with several pools).
     pub fn bytes(&self) -> &[u8] {
-        // `start + len` fits: `new` allocated, and `in_buffer` checked, at
-        // least that much.
-        let all = self.storage.all();
-        all.get(self.start..self.start + self.len).unwrap_or(&[])
+        self.pools.first().map_or(&[], PoolMemory::bytes)
     }
 
-    /// The arena's bytes, writable.
+    /// The arena's bytes, writable (pool 0's, with several pools).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let (start, len) = (self.start, self.len);
-        let all = self.storage.all_mut();
-        all.get_mut(start..start + len).unwrap_or(&mut [])
+        self.pools
+            .first_mut()
+            .map_or(&mut [], PoolMemory::bytes_mut)
     }
 
-    /// Size in bytes (the planned `arena_bytes`).
+    /// The bytes of memory pool `pool` (`None` past the last pool).
+    pub fn pool_bytes(&self, pool: usize) -> Option<&[u8]> {
+        self.pools.get(pool).map(PoolMemory::bytes)
+    }
+
+    /// Number of memory pools (1 for a bundle without pools).
+    pub fn pool_count(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Size in bytes (the planned `arena_bytes`: pool 0's, with several
+    /// pools).
     pub fn len(&self) -> usize {
-        self.len
+        self.pools.first().map_or(0, |p| p.len)
     }
 
-    /// True for a model whose plan needs no arena bytes.
+    /// True for a model whose plan needs no arena bytes in pool 0.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The alignment of the first byte (the bundle's `arena_align`).
     pub fn align(&self) -> u64 {
-        self.align
+        self.pools.first().map_or(1, |p| p.align)
     }
 
-    /// Fills the arena with zeros.
+    /// Fills every pool with zeros.
     pub fn clear(&mut self) {
-        self.bytes_mut().fill(0);
+        for p in &mut self.pools {
+            p.bytes_mut().fill(0);
+        }
     }
 
     /// The arena tensor `key` names, after checking that this arena was
@@ -244,11 +368,11 @@ impl Arena<'_> {
         &self,
         bundle: &'b Bundle,
         key: &K,
-    ) -> Result<(TensorRef<'b>, core::ops::Range<usize>), LookupError> {
+    ) -> Result<(TensorRef<'b>, usize, core::ops::Range<usize>), LookupError> {
         let h = bundle.header();
-        if h.header_crc != self.plan || h.arena_bytes != self.len as u64 {
+        if h.header_crc != self.plan || h.arena_bytes != self.len() as u64 {
             return Err(LookupError::WrongBundle {
-                arena_bytes: self.len as u64,
+                arena_bytes: self.len() as u64,
                 arena_plan: self.plan,
                 bundle_bytes: h.arena_bytes,
                 bundle_plan: h.header_crc,
@@ -261,14 +385,26 @@ impl Arena<'_> {
                 id: t.id,
             });
         }
-        // Validation put `offset + size` within `arena_bytes`; checked
+        // Validation put `offset + size` within the tensor's pool; checked
         // again so that no bundle can make this index out of bounds.
+        let pool = t.tensor.pool as usize;
+        let len = self.pools.get(pool).map_or(0, |p| p.len);
         let range = usize::try_from(t.tensor.offset)
             .ok()
             .and_then(|o| Some(o..o.checked_add(usize::try_from(t.tensor.size).ok()?)?))
-            .filter(|r| r.end <= self.len)
+            .filter(|r| r.end <= len)
             .ok_or_else(|| lookup::bad_length(t, t.tensor.size))?;
-        Ok((t, range))
+        Ok((t, pool, range))
+    }
+
+    fn pool_of(&self, pool: usize) -> &[u8] {
+        self.pools.get(pool).map_or(&[], PoolMemory::bytes)
+    }
+
+    fn pool_of_mut(&mut self, pool: usize) -> &mut [u8] {
+        self.pools
+            .get_mut(pool)
+            .map_or(&mut [], PoolMemory::bytes_mut)
     }
 
     /// The bytes of arena tensor `key`.
@@ -277,8 +413,8 @@ impl Arena<'_> {
         bundle: &Bundle,
         key: &K,
     ) -> Result<&[u8], LookupError> {
-        let (_, range) = self.locate(bundle, key)?;
-        Ok(self.bytes().get(range).unwrap_or(&[]))
+        let (_, pool, range) = self.locate(bundle, key)?;
+        Ok(self.pool_of(pool).get(range).unwrap_or(&[]))
     }
 
     /// The bytes of arena tensor `key`, writable.
@@ -287,8 +423,8 @@ impl Arena<'_> {
         bundle: &Bundle,
         key: &K,
     ) -> Result<&mut [u8], LookupError> {
-        let (_, range) = self.locate(bundle, key)?;
-        Ok(self.bytes_mut().get_mut(range).unwrap_or(&mut []))
+        let (_, pool, range) = self.locate(bundle, key)?;
+        Ok(self.pool_of_mut(pool).get_mut(range).unwrap_or(&mut []))
     }
 
     /// Arena tensor `key` as a slice of `T`, which must match its element
@@ -298,9 +434,9 @@ impl Arena<'_> {
         bundle: &Bundle,
         key: &K,
     ) -> Result<&[T], LookupError> {
-        let (t, range) = self.locate(bundle, key)?;
+        let (t, pool, range) = self.locate(bundle, key)?;
         lookup::check_dtype::<T>(t)?;
-        lookup::cast(t, self.bytes().get(range).unwrap_or(&[]))
+        lookup::cast(t, self.pool_of(pool).get(range).unwrap_or(&[]))
     }
 
     /// Arena tensor `key` as a writable slice of `T` (to fill an input,
@@ -310,17 +446,18 @@ impl Arena<'_> {
         bundle: &Bundle,
         key: &K,
     ) -> Result<&mut [T], LookupError> {
-        let (t, range) = self.locate(bundle, key)?;
+        let (t, pool, range) = self.locate(bundle, key)?;
         lookup::check_dtype::<T>(t)?;
-        lookup::cast_mut(t, self.bytes_mut().get_mut(range).unwrap_or(&mut []))
+        lookup::cast_mut(t, self.pool_of_mut(pool).get_mut(range).unwrap_or(&mut []))
     }
 }
 
 impl core::fmt::Debug for Arena<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Arena")
-            .field("len", &self.len)
-            .field("align", &self.align)
+            .field("len", &self.len())
+            .field("align", &self.align())
+            .field("pools", &self.pools.len())
             .field(
                 "address",
                 &format_args!("{:#x}", self.bytes().as_ptr() as usize),

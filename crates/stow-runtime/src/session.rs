@@ -4,7 +4,7 @@
 //! mapping.
 
 use crate::arena::{Arena, ArenaError};
-use crate::kernels::{self, cells::typed, Failure, Operand, Step, Views};
+use crate::kernels::{self, Failure, Operand, Step, Views};
 use crate::lookup::{Element, LookupError, TensorKey};
 use crate::pool::{Pool, Slot};
 use crate::{shown, Bundle, BundlePath};
@@ -141,6 +141,8 @@ pub struct Session<'b> {
     scratch: Vec<f32>,
     scratch_per: usize,
     pool: Pool,
+    /// Where each memory pool starts in the kernels' address space.
+    pool_bases: Vec<usize>,
 }
 
 /// The arena or the scratch as raw parts, so that each thread of a
@@ -203,6 +205,18 @@ impl<'b> Session<'b> {
     /// caller's and `threads − 1` workers, started here).
     pub fn with_threads(bundle: &'b Bundle, threads: usize) -> Result<Session<'b>, SessionError> {
         Session::setup(bundle, threads, || Arena::new(bundle))
+    }
+
+    /// [`Session::with_threads`] with each memory pool in its own buffer
+    /// (`buffers[p]` for pool `p`, fastest first; static memories on a
+    /// device): each must be aligned to its pool's alignment and hold its
+    /// bytes ([`Arena::in_buffers`]). A run allocates nothing.
+    pub fn in_buffers(
+        bundle: &'b Bundle,
+        buffers: Vec<&'b mut [u8]>,
+        threads: usize,
+    ) -> Result<Session<'b>, SessionError> {
+        Session::setup(bundle, threads, || Arena::in_buffers(bundle, buffers))
     }
 
     /// [`Session::with_threads`] with the arena in `buffer` instead of an
@@ -292,6 +306,10 @@ impl<'b> Session<'b> {
             .max()
             .unwrap_or(0);
         let scratch = vec![0f32; scratch_per * threads];
+        // Setup prepared every arena operand with these bases, so they
+        // exist; a bundle with more pools than a step can see is refused
+        // by validation (`MAX_POOLS`).
+        let pool_bases = crate::arena::pool_bases(contents).unwrap_or_default();
         Ok(Session {
             bundle,
             steps,
@@ -299,6 +317,7 @@ impl<'b> Session<'b> {
             scratch,
             scratch_per,
             pool: Pool::new(threads)?,
+            pool_bases,
         })
     }
 
@@ -367,18 +386,25 @@ impl<'b> Session<'b> {
         let contents = self.bundle.contents();
         let parts = self.pool.parts();
         let per = self.scratch_per;
-        let arena = Shared::new(self.arena.bytes_mut());
+        // Each pool's buffer, at its base in the kernels' address space; a
+        // fixed array, so a run allocates nothing whatever the pool count.
+        let mut pools = [(usize::MAX, Shared::new(&mut [])); kernels::MAX_POOLS];
+        for ((slot, bytes), &base) in pools
+            .iter_mut()
+            .zip(self.arena.pools_mut())
+            .zip(&self.pool_bases)
+        {
+            *slot = (base, Shared::new(bytes));
+        }
         let scratch = Shared::new(self.scratch.as_mut_slice());
         for (i, step) in self.steps.iter().enumerate() {
             let failure: Slot<Failure> = Slot::default();
             let share = |part: usize| {
-                let views = Views {
-                    arena: arena.cells(0, arena.len),
-                };
+                let views = Views::pooled(pools.iter().map(|(base, p)| (*base, p.cells(0, p.len))));
                 let scratch = match step.planned {
                     Some((offset, threads)) if part < threads => {
                         let at = offset + part * step.scratch * 4;
-                        typed::<f32>(views.arena, at, step.scratch).unwrap_or(&[])
+                        views.at::<f32>(at, step.scratch).unwrap_or(&[])
                     }
                     _ => scratch.cells(part * per, step.scratch),
                 };

@@ -1,6 +1,7 @@
 //! After setup, `Session::run` allocates nothing, on one thread or with
 //! workers: a counting global allocator (which sees every thread) watches
-//! runs of every testdata model. This file holds one
+//! runs of every testdata model, with one arena and with two memory
+//! pools. This file holds one
 //! test so that no other test thread allocates while it counts.
 // Opens bundles from files (`Bundle::open`): a `std` feature API.
 #![cfg(feature = "std")]
@@ -52,10 +53,21 @@ fn a_run_allocates_nothing() {
     let Some(stow) = common::stow_bin("a_run_allocates_nothing") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    for model in common::FIXED_SHAPE_MODELS {
-        let path = common::compile(&stow, model, dir.path());
+    let one = tempfile::tempdir().unwrap();
+    let two = tempfile::tempdir().unwrap();
+    // Each model with one arena, and split across a small fast pool and an
+    // unbounded slow one (a run then reads and writes two buffers).
+    let variants: [(&std::path::Path, &[&str]); 2] = [
+        (one.path(), &[]),
+        (two.path(), &["--pool", "sram=16384", "--pool", "dram"]),
+    ];
+    for (model, (dir, flags)) in common::FIXED_SHAPE_MODELS
+        .iter()
+        .flat_map(|m| variants.iter().map(move |v| (m, v)))
+    {
+        let path = common::compile_with(&stow, model, dir, flags);
         let bundle = Bundle::open(&path).unwrap();
+        assert_eq!(bundle.contents().pool_count(), 1 + flags.len() / 3);
         for threads in [1, 2] {
             let mut session = Session::with_threads(&bundle, threads).unwrap();
             let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
@@ -68,7 +80,7 @@ fn a_run_allocates_nothing() {
             let n = allocations_during(|| session.run().unwrap());
             assert_eq!(
                 n, 0,
-                "{model}, {threads} threads: {n} allocations during a run"
+                "{model} {flags:?}, {threads} threads: {n} allocations during a run"
             );
             let n = allocations_during(|| session.run().unwrap());
             assert_eq!(n, 0, "{model}: {n} allocations during a second run");

@@ -43,12 +43,12 @@ int main(int argc, char **argv) {
     printf("arena %llu %llu\n", (unsigned long long)h.arena_bytes,
            (unsigned long long)h.arena_align);
 
-    stow_section_entry sec[STOW_SECTION_WEIGHTS + 1];
+    stow_section_entry sec[STOW_SECTION_POOLS + 1];
     memset(sec, 0, sizeof sec);
     for (uint32_t i = 0; i < h.section_count; i++) {
         stow_section_entry e;
         memcpy(&e, buf + STOW_HEADER_LEN + STOW_SECTION_ENTRY_LEN * i, sizeof e);
-        if (e.kind < 1 || e.kind > STOW_SECTION_WEIGHTS) return fail("kind");
+        if (e.kind < 1 || e.kind > STOW_SECTION_POOLS) return fail("kind");
         if (!in_file(e.offset, e.length, n) || e.offset % e.align) return fail("section");
         if (stow_crc32(0, buf + e.offset, e.length) != e.crc) return fail("section crc");
         sec[e.kind] = e;
@@ -60,13 +60,34 @@ int main(int argc, char **argv) {
     const stow_section_entry *d = &sec[STOW_SECTION_SHAPES];
     const stow_section_entry *w = &sec[STOW_SECTION_WEIGHTS];
     if (t->length != (uint64_t)h.tensor_count * STOW_TENSOR_RECORD_LEN) return fail("records");
+    /* Pool sizes: the arena alone, or the POOLS records. */
+    uint64_t pool_bytes[STOW_MAX_POOLS] = {h.arena_bytes};
+    uint32_t pools = 1;
+    if (h.flags & STOW_FLAG_POOLS) {
+        const stow_section_entry *p = &sec[STOW_SECTION_POOLS];
+        if (p->length == 0 || p->length % STOW_POOL_RECORD_LEN ||
+            p->length / STOW_POOL_RECORD_LEN > STOW_MAX_POOLS)
+            return fail("pools");
+        pools = (uint32_t)(p->length / STOW_POOL_RECORD_LEN);
+        for (uint32_t i = 0; i < pools; i++) {
+            stow_pool_record pr;
+            memcpy(&pr, buf + p->offset + (uint64_t)i * STOW_POOL_RECORD_LEN, sizeof pr);
+            pool_bytes[i] = pr.bytes;
+            int name_len = 0;
+            while (name_len < (int)STOW_POOL_NAME_LEN && pr.name[name_len]) name_len++;
+            printf("pool %u %.*s %llu %llu\n", i, name_len,
+                   (const char *)pr.name, (unsigned long long)pr.bytes, (unsigned long long)pr.align);
+        }
+    }
     for (uint32_t id = 0; id < h.tensor_count; id++) {
         stow_tensor_record r;
         memcpy(&r, buf + t->offset + (uint64_t)id * STOW_TENSOR_RECORD_LEN, sizeof r);
         if (r.id != id || stow_dtype_size(r.dtype) == 0) return fail("record");
         if (!in_file(r.name_offset, r.name_len, s->length)) return fail("name");
         if (!in_file((uint64_t)r.dims_index * 8, (uint64_t)r.rank * 8, d->length)) return fail("dims");
-        uint64_t limit = r.region == STOW_REGION_WEIGHTS ? w->length : h.arena_bytes;
+        uint32_t pool = STOW_REGION_POOL(r.region);
+        if (pool >= pools) return fail("pool");
+        uint64_t limit = STOW_REGION_CODE(r.region) == STOW_REGION_WEIGHTS ? w->length : pool_bytes[pool];
         if (!in_file(r.offset, r.size, limit)) return fail("out of region");
         printf("tensor %u kind %u dtype %u region %u offset %llu size %llu steps %u %u alias %u %u name %u:%.*s dims",
                r.id, r.kind, r.dtype, r.region, (unsigned long long)r.offset,
@@ -81,7 +102,7 @@ int main(int argc, char **argv) {
         }
         printf("\n");
         if (elements * stow_dtype_size(r.dtype) != r.size) return fail("size");
-        if (r.region == STOW_REGION_WEIGHTS) {
+        if (STOW_REGION_CODE(r.region) == STOW_REGION_WEIGHTS) {
             printf("weight %u crc %08x\n", r.id,
                    stow_crc32(0, buf + w->offset + r.offset, r.size));
         }

@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use stow_bundle::format::{kind, NO_ALIAS};
-use stow_bundle::testing::{refs, sample};
+use stow_bundle::testing::{refs, sample, sample_pooled};
 use stow_bundle::{to_bytes, write_file, BundleError, Region};
 
 pub fn write_err(f: impl FnOnce(&mut stow_bundle::Contents, &mut Vec<Vec<u8>>)) -> BundleError {
@@ -355,4 +355,89 @@ pub fn io() -> Vec<BundleError> {
         .collect();
     assert_eq!(names, ["x.stow"], "temporary file left behind");
     vec![e]
+}
+
+/// The bytes of [`sample_pooled`].
+fn pooled() -> Vec<u8> {
+    let (c, w) = sample_pooled();
+    to_bytes(&c, &refs(&w)).expect("the pooled sample is valid")
+}
+
+pub fn bad_pool() -> Vec<BundleError> {
+    use stow_bundle::format::{FLAG_POOLS, POOL_RECORD_LEN};
+    let raw = |f: &dyn Fn(&mut stow_bundle::testing::RawBundle)| {
+        let mut r = stow_bundle::testing::RawBundle::split(&pooled());
+        f(&mut r);
+        err(&r.assemble())
+    };
+    let pool_problem = |e: BundleError, index: usize, needle: &str| {
+        let shown = e.to_string();
+        assert!(shown.contains(needle), "`{shown}` does not say `{needle}`");
+        expect!(e, BundleError::BadPool { index: i, .. } if i == index)
+    };
+    // Pool 1's name starts at byte 16 of its record.
+    let name_at = POOL_RECORD_LEN + 16;
+    vec![
+        pool_problem(
+            raw(&|r| r.header.flags &= !FLAG_POOLS),
+            0,
+            "flag is not set",
+        ),
+        pool_problem(
+            raw(&|r| r.sections.retain(|s| s.kind != kind::POOLS)),
+            0,
+            "no POOLS section",
+        ),
+        pool_problem(
+            raw(&|r| {
+                r.section_mut(kind::POOLS).body[name_at..name_at + 4].copy_from_slice(b"sram")
+            }),
+            1,
+            "used twice",
+        ),
+        pool_problem(
+            raw(&|r| r.section_mut(kind::POOLS).body[name_at] = 0),
+            1,
+            "not zero",
+        ),
+        pool_problem(
+            raw(&|r| r.section_mut(kind::POOLS).body[0] ^= 64),
+            0,
+            "header's arena",
+        ),
+        pool_problem(
+            write_err(|c, _| {
+                c.pools = vec![stow_bundle::MemoryPool {
+                    name: String::new(),
+                    bytes: c.arena_bytes,
+                    align: c.arena_align,
+                }]
+            }),
+            0,
+            "1 to 16 bytes",
+        ),
+        // A tensor naming a pool the bundle does not have.
+        expect!(
+            {
+                let (mut c, w) = sample_pooled();
+                c.tensors[0].pool = 2;
+                to_bytes(&c, &refs(&w)).expect_err("pool 2 does not exist")
+            },
+            BundleError::BadField {
+                index: 0,
+                field: "region",
+                ..
+            }
+        ),
+        // A tensor beyond the end of its own pool (pool 1 has 64 bytes).
+        expect!(
+            {
+                let (mut c, w) = sample_pooled();
+                let out = c.outputs[0] as usize;
+                c.tensors[out].offset = 64;
+                to_bytes(&c, &refs(&w)).expect_err("past the end of pool 1")
+            },
+            BundleError::OutOfRegion { limit: 64, .. }
+        ),
+    ]
 }

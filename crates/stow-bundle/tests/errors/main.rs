@@ -61,10 +61,11 @@ fn variant(e: &BundleError) -> &'static str {
         WeightBytes { .. } => "WeightBytes",
         MissingDirectory { .. } => "MissingDirectory",
         Io { .. } => "Io",
+        BadPool { .. } => "BadPool",
     }
 }
 
-const ALL_VARIANTS: usize = 30;
+const ALL_VARIANTS: usize = 31;
 
 /// Each case returns the errors it checked, for the coverage test.
 macro_rules! cases {
@@ -107,6 +108,7 @@ mod case {
         weight_bytes,
         missing_directory,
         io,
+        bad_pool,
     );
 }
 

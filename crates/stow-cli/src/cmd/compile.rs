@@ -5,7 +5,9 @@ use crate::cmd::plan::problem_csv;
 use crate::cmd::planning::{compare_table, parse_align, PlanArgs};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use stow_compile::{compile, CompileError, CompileOptions, Report, DEFAULT_MAX_ARENA};
+use stow_compile::{
+    compile, CompileError, CompileOptions, Pin, Placement, PoolSpec, Report, DEFAULT_MAX_ARENA,
+};
 use stow_onnx::LoadOptions;
 
 /// Arguments of `stow compile`.
@@ -49,6 +51,39 @@ pub struct Args {
     /// Refuse any tensor or arena larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_ARENA)]
     pub max_arena: u64,
+    /// Split the arena across memories, fastest first: `NAME=BYTES`, or
+    /// `NAME` for the last one without a limit (repeatable, e.g. `--pool
+    /// sram=524288 --pool dram`). The bundle lists the pools and each
+    /// tensor's pool; `stow run` allocates one buffer per pool.
+    #[arg(long = "pool", value_name = "NAME[=BYTES]", value_parser = crate::cmd::plan::parse_pool)]
+    pub pools: Vec<stow_plan::Pool>,
+    /// Put a tensor, or every arena tensor an operator reads or writes,
+    /// into a pool: `TENSOR_OR_OP=POOL` (repeatable). A tensor larger
+    /// than its pool is refused, naming both and the shortfall.
+    #[arg(long = "pin", value_name = "TENSOR_OR_OP=POOL", value_parser = parse_pin)]
+    pub pins: Vec<Pin>,
+    /// Which tensors the bounded pools take first: `gain` (most bytes
+    /// read and written per byte stored) or `first-use` (first come, first
+    /// served: the baseline).
+    #[arg(long, default_value = "gain", value_parser = parse_placement)]
+    pub placement: Placement,
+}
+
+fn parse_pin(s: &str) -> Result<Pin, String> {
+    match s.rsplit_once('=') {
+        Some((target, pool)) if !target.is_empty() && !pool.is_empty() => Ok(Pin {
+            target: target.to_string(),
+            pool: pool.to_string(),
+        }),
+        _ => Err(format!("`{s}` is not TENSOR_OR_OP=POOL")),
+    }
+}
+
+fn parse_placement(s: &str) -> Result<Placement, String> {
+    [Placement::Gain, Placement::FirstUse]
+        .into_iter()
+        .find(|p| p.name() == s)
+        .ok_or_else(|| format!("`{s}` is not a placement (gain, first-use)"))
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -90,6 +125,16 @@ pub fn run(args: Args) -> Result<()> {
         threads: args.threads,
         max_arena: args.max_arena,
         compare: args.compare,
+        pools: args
+            .pools
+            .iter()
+            .map(|p| PoolSpec {
+                name: p.name.clone(),
+                capacity: p.capacity,
+            })
+            .collect(),
+        pins: args.pins.clone(),
+        placement: args.placement,
     };
     let compiled = match compile(&args.model, &options) {
         Ok(c) => c,
@@ -172,6 +217,9 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
     );
     say!(out, "  naive          {}", human_bytes(r.naive_bytes));
     say!(out, "  arena / bound  {:.3}", r.ratio);
+    if !r.pools.is_empty() {
+        say!(out, "{}", pool_table(&r.pools, r.placement.name()));
+    }
     for s in &r.scratch_above_bound {
         say!(
             out,
@@ -187,6 +235,31 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
         r.compile_time.as_secs_f64(),
         r.planning_time.as_secs_f64() * 1e3
     );
+    out
+}
+
+/// One line per memory pool: planned size of capacity, fill at the peak,
+/// traffic served and its share (shared by `compile` and `inspect`).
+pub(crate) fn pool_table(pools: &[stow_compile::PoolReport], placement: &str) -> String {
+    let total: u64 = pools.iter().map(|p| p.traffic).sum();
+    let mut out = format!("  pools          placement {placement}");
+    for p in pools {
+        let cap = p.capacity.map_or("no limit".to_string(), human_bytes);
+        let share = if total == 0 {
+            0.0
+        } else {
+            p.traffic as f64 / total as f64
+        };
+        out.push_str(&format!(
+            "\n    {:<12} {} of {cap}, {:.1} % full at its peak, {} buffers, traffic {} ({:.1} %)",
+            p.name,
+            human_bytes(p.bytes),
+            p.fill() * 100.0,
+            p.buffers,
+            human_bytes(p.traffic),
+            share * 100.0
+        ));
+    }
     out
 }
 

@@ -45,6 +45,15 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
     })
 }
 
+/// The name of a tensor's pool (`-` for weights, `arena` without pools).
+fn pool_name(c: &Contents, t: &Tensor) -> String {
+    match (t.region, c.pools.get(t.pool as usize)) {
+        (Region::Weights, _) => "-".to_string(),
+        (Region::Arena, Some(p)) => p.name.clone(),
+        (Region::Arena, None) => "arena".to_string(),
+    }
+}
+
 fn shape_text(shape: &[u64]) -> String {
     format!(
         "[{}]",
@@ -80,6 +89,15 @@ pub fn run(args: Args) -> Result<()> {
     // does not leave the first picture behind.
     for (path, _) in &pictures {
         picture::check_output_path(path).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if (!pictures.is_empty() || args.chart) && c.pool_count() > 1 {
+        // One picture of several pools would draw tensors of different
+        // memories over each other; one panel per pool is not drawn yet.
+        anyhow::bail!(
+            "{}: pictures of a bundle with {} memory pools are not drawn yet (one panel per pool is planned); `stow inspect` without --svg/--html/--chart shows each pool",
+            args.bundle.display(),
+            c.pool_count()
+        );
     }
     if !pictures.is_empty() || args.chart {
         let layout = Layout::new(c);
@@ -146,6 +164,25 @@ pub fn run(args: Args) -> Result<()> {
         },
         c.provenance.plan_micros as f64 / 1e3
     );
+    let uses = stow_cli::inspect::pool_use(c);
+    let total: u64 = uses.iter().map(|p| p.traffic).sum();
+    say!(text, "pools");
+    for p in &uses {
+        say!(
+            text,
+            "  {:<12} {} (align {}), {:.1} % full at its peak, traffic {} ({:.1} %)",
+            p.name,
+            human_bytes(p.bytes),
+            p.align,
+            p.fill() * 100.0,
+            human_bytes(p.traffic),
+            if total == 0 {
+                0.0
+            } else {
+                p.traffic as f64 / total as f64 * 100.0
+            }
+        );
+    }
     say!(text, "sections");
     for s in bundle.sections() {
         say!(
@@ -177,9 +214,20 @@ pub fn run(args: Args) -> Result<()> {
         .max()
         .unwrap_or(4)
         .clamp(4, 48);
+    // The pool column appears only for bundles with pools, so the table of
+    // a single-arena bundle is what it always was (the C example prints it
+    // too).
+    let pooled = !c.pools.is_empty();
+    let pool_cell = |name: &str| {
+        if pooled {
+            format!("{name:<8}  ")
+        } else {
+            String::new()
+        }
+    };
     say!(
         text,
-        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  alias",
+        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}alias",
         "id",
         "name",
         "kind",
@@ -188,7 +236,8 @@ pub fn run(args: Args) -> Result<()> {
         "offset",
         "size",
         "first",
-        "last"
+        "last",
+        pool_cell("pool")
     );
     for (id, t) in c.tensors.iter().enumerate() {
         let offset = match t.region {
@@ -204,7 +253,7 @@ pub fn run(args: Args) -> Result<()> {
         };
         say!(
             text,
-            "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}",
+            "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}{}",
             id,
             t.name,
             kind_name(t.kind),
@@ -214,6 +263,7 @@ pub fn run(args: Args) -> Result<()> {
             t.size,
             steps(t.first_step),
             steps(t.last_step),
+            pool_cell(&pool_name(c, t)),
             alias_text(c, t).unwrap_or_default()
         );
     }

@@ -37,7 +37,7 @@ pub struct Args {
     pub pools: Vec<Pool>,
 }
 
-fn parse_pool(s: &str) -> Result<Pool, String> {
+pub(crate) fn parse_pool(s: &str) -> Result<Pool, String> {
     match s.split_once('=') {
         None if !s.is_empty() => Ok(Pool::unbounded(s)),
         Some((name, bytes)) if !name.is_empty() => bytes

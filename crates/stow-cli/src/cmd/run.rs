@@ -230,9 +230,18 @@ pub fn run(args: Args) -> Result<()> {
     let steps = bundle.contents().ops.len();
     say!(
         report,
-        "ran {} steps in a {}-byte arena: {:.3} ms (median of {} runs, fastest {:.3} ms, {} thread{})",
+        "ran {} steps in a {}-byte arena{}: {:.3} ms (median of {} runs, fastest {:.3} ms, {} thread{})",
         steps,
-        bundle.header().arena_bytes,
+        bundle
+            .contents()
+            .pool_sizes()
+            .iter()
+            .map(|s| s.0)
+            .sum::<u64>(),
+        match bundle.contents().pool_count() {
+            1 => String::new(),
+            n => format!(" ({n} memory pools)"),
+        },
         median(times.clone()).as_secs_f64() * 1e3,
         args.repeat,
         times.iter().min().copied().unwrap_or_default().as_secs_f64() * 1e3,

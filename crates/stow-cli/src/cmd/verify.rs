@@ -57,6 +57,7 @@ fn match_bundle(
             graph.tensors.len()
         );
     }
+    let bases = pool_bases(c);
     let mut offsets = Vec::with_capacity(c.tensors.len());
     for (id, (rec, info)) in c.tensors.iter().zip(&graph.tensors).enumerate() {
         let alias = info.alias.map(|a| a.target() as u32);
@@ -73,12 +74,40 @@ fn match_bundle(
             );
         }
         offsets.push(if rec.region == Region::Arena {
-            Some(rec.offset)
+            let base = bases.get(rec.pool as usize).copied().unwrap_or(u64::MAX);
+            Some(base.saturating_add(rec.offset))
         } else {
             None
         });
     }
     Ok(offsets)
+}
+
+/// Where each memory pool starts when the pools are laid side by side in
+/// one buffer (each after the previous one, at the next multiple of 64),
+/// and the bytes that buffer needs. Tensors of different pools then never
+/// share a byte, and tensors of one pool keep their places relative to
+/// each other: an arena run judges the bundle's placement as separate
+/// buffers would. One arena: base 0, its own size.
+pub(crate) fn pool_bases(c: &stow_bundle::Contents) -> Vec<u64> {
+    let mut bases = Vec::new();
+    let mut next = 0u64;
+    for (bytes, _) in c.pool_sizes() {
+        bases.push(next);
+        next = next.saturating_add(bytes).next_multiple_of(64);
+    }
+    bases
+}
+
+/// Bytes of the one buffer [`pool_bases`] lays the pools out in.
+pub(crate) fn side_by_side_bytes(c: &stow_bundle::Contents) -> u64 {
+    let sizes = c.pool_sizes();
+    let last = sizes.len().saturating_sub(1);
+    pool_bases(c)
+        .get(last)
+        .copied()
+        .unwrap_or(0)
+        .saturating_add(sizes.get(last).map_or(0, |s| s.0))
 }
 
 /// Largest `|a − b| / max(|b|, 1)` over the elements, or `None` when the
@@ -115,11 +144,12 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("loading {}", args.model.display()))?;
     }
     let c = bundle.contents();
-    if c.arena_bytes > args.max_arena {
+    let arena_bytes = side_by_side_bytes(c);
+    if arena_bytes > args.max_arena {
         bail!(
             "checking {}: the bundle's arena needs {} bytes, more than --max-arena {}; raise the limit if this is intended",
             args.bundle.display(),
-            c.arena_bytes,
+            arena_bytes,
             args.max_arena
         );
     }
@@ -131,7 +161,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let weight = |id: usize| bundle.weight_bytes(id as u32);
     let layout = ArenaLayout {
-        arena_bytes: c.arena_bytes,
+        arena_bytes,
         offsets,
         weight: &weight,
     };
@@ -197,10 +227,15 @@ pub fn run(args: Args) -> Result<()> {
             expected_note = format!("; expected outputs match, max relative error {worst:.2e}");
         }
     }
+    let pools = if c.pools.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} memory pools side by side)", c.pools.len())
+    };
     println!(
-        "PASS: {} steps in a {}-byte arena, {} outputs bit-exact with tract{expected_note} ({:.2} s)",
+        "PASS: {} steps in a {}-byte arena{pools}, {} outputs bit-exact with tract{expected_note} ({:.2} s)",
         run.steps,
-        c.arena_bytes,
+        arena_bytes,
         run.outputs.len(),
         started.elapsed().as_secs_f64()
     );

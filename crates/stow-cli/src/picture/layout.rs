@@ -649,6 +649,7 @@ pub(crate) mod tests {
             first_step,
             last_step,
             alias_of: None,
+            pool: 0,
         };
         let mut tensors = vec![
             t("x", TensorKind::Input, Region::Arena, 0, 64, (0, 0)),
@@ -716,6 +717,7 @@ pub(crate) mod tests {
             first_step: steps.0,
             last_step: steps.1,
             alias_of: None,
+            pool: 0,
         };
         c.tensors = vec![
             t("cat", 0, 128, (1, 1)),

@@ -1,6 +1,7 @@
 //! Several memories (M2): pool-pinned buffers go to their pool; the others
 //! go to the first pool, in preference order, where they still fit (largest
-//! first, best fit against the buffers already in that pool); the last pool
+//! first, or in the caller's admission order; best fit against the buffers
+//! already in that pool); the last pool
 //! takes whatever is left. Each pool's buffers are then planned again with
 //! the chosen strategy, keeping that layout when it fits and is smaller.
 
@@ -32,6 +33,19 @@ pub(super) fn plan_pools(
         let b = &problem.buffers[i];
         (Reverse(b.size), b.lifetime.start, i)
     });
+    if let Some(first) = &options.admission {
+        let mut listed = vec![false; n];
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        for &i in first {
+            let i = i as usize;
+            if i < n && !listed[i] {
+                listed[i] = true;
+                order.push(i);
+            }
+        }
+        order.extend(by_size.iter().copied().filter(|&i| !listed[i]));
+        by_size = order;
+    }
     for (p, pool) in pools.iter().enumerate() {
         let last = p + 1 == pools.len();
         let cap = pool.capacity;

@@ -757,9 +757,7 @@ mod tests {
                 planned: None,
             };
             let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
-            let views = Views {
-                arena: Cell::from_mut(bytes).as_slice_of_cells(),
-            };
+            let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
             Ok(run_part(&step, &views, &[], 0, 1))
         }
     }

@@ -36,7 +36,7 @@ mod run;
 pub use prepare::{
     operand, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
 };
-pub use run::{run_part, splits, Failure, Views};
+pub use run::{run_part, splits, Failure, Views, MAX_POOLS};
 
 use alloc::vec::Vec;
 use elementwise::Unary;

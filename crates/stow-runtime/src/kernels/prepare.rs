@@ -92,7 +92,14 @@ pub fn operand<'b>(
                     t.name
                 ));
             }
-            Loc::Arena(offset)
+            // Pools are one address space for the kernels (see `Views`).
+            let base = crate::arena::pool_bases(contents)
+                .and_then(|b| b.get(t.pool as usize).copied())
+                .ok_or_else(|| format!("tensor {id}: its memory pool is out of range"))?;
+            Loc::Arena(
+                base.checked_add(offset)
+                    .ok_or_else(|| format!("tensor {id} is out of range"))?,
+            )
         }
     };
     Ok(Operand {

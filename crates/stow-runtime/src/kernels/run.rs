@@ -22,13 +22,54 @@ pub enum Failure {
     Index(i64),
 }
 
+/// Most memory pools a step can see (the bundle format's bound).
+pub const MAX_POOLS: usize = stow_bundle::format::MAX_POOLS as usize;
+
 /// The arena as shared cells, plus typed views of operands.
+///
+/// A bundle with several memory pools has one buffer per pool; kernels
+/// see them as one address space in which pool `p` starts at its base
+/// (`arena::pool_bases`), so an arena offset ([`Loc::Arena`]) names one
+/// byte of one pool, and equal offsets mean the same bytes.
 pub struct Views<'a> {
-    /// The arena bytes.
-    pub arena: &'a [Cell<u8>],
+    /// `(base, bytes)` of each pool in base order; unused entries have
+    /// base `usize::MAX` and no bytes.
+    pools: [(usize, &'a [Cell<u8>]); MAX_POOLS],
 }
 
 impl<'a> Views<'a> {
+    /// The views of a single arena (one pool at base 0).
+    pub fn single(arena: &'a [Cell<u8>]) -> Views<'a> {
+        let mut pools: [(usize, &'a [Cell<u8>]); MAX_POOLS] = [(usize::MAX, &[]); MAX_POOLS];
+        pools[0] = (0, arena);
+        Views { pools }
+    }
+
+    /// The views of several pools, `(base, bytes)` in increasing base
+    /// order; pools beyond [`MAX_POOLS`] are not seen.
+    pub fn pooled(list: impl IntoIterator<Item = (usize, &'a [Cell<u8>])>) -> Views<'a> {
+        let mut pools: [(usize, &'a [Cell<u8>]); MAX_POOLS] = [(usize::MAX, &[]); MAX_POOLS];
+        for (slot, pool) in pools.iter_mut().zip(list) {
+            *slot = pool;
+        }
+        Views { pools }
+    }
+
+    /// The pool holding arena offset `off`, and `off` within it.
+    pub fn locate(&self, off: usize) -> (&'a [Cell<u8>], usize) {
+        self.pools
+            .iter()
+            .rev()
+            .find(|(base, _)| *base <= off)
+            .map_or((&[], off), |&(base, bytes)| (bytes, off - base))
+    }
+
+    /// `len` elements of `T` at arena offset `off`, if they fit its pool.
+    pub fn at<T: bytemuck::Pod>(&self, off: usize, len: usize) -> Option<&'a [Cell<T>]> {
+        let (bytes, local) = self.locate(off);
+        typed(bytes, local, len)
+    }
+
     /// A read-only view of `o` as `T`.
     pub fn src<T: bytemuck::Pod>(&self, o: &Operand<'a>) -> Result<Src<'a, T>, Failure> {
         match o.loc {
@@ -37,7 +78,8 @@ impl<'a> Views<'a> {
                 .filter(|s: &&[T]| s.len() == o.len)
                 .map(Src::Weight)
                 .ok_or(Failure::View(o.id)),
-            Loc::Arena(off) => typed(self.arena, off, o.len)
+            Loc::Arena(off) => self
+                .at(off, o.len)
                 .map(Src::Arena)
                 .ok_or(Failure::View(o.id)),
         }
@@ -46,7 +88,7 @@ impl<'a> Views<'a> {
     /// A writable view of arena operand `o` as `T`.
     pub fn dst<T: bytemuck::Pod>(&self, o: &Operand<'_>) -> Result<&'a [Cell<T>], Failure> {
         match o.loc {
-            Loc::Arena(off) => typed(self.arena, off, o.len).ok_or(Failure::View(o.id)),
+            Loc::Arena(off) => self.at(off, o.len).ok_or(Failure::View(o.id)),
             Loc::Weight(_) => Err(Failure::View(o.id)),
         }
     }

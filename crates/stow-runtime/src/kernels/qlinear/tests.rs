@@ -138,9 +138,7 @@ fn run(
         planned: None,
     };
     let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
-    let views = Views {
-        arena: Cell::from_mut(bytes).as_slice_of_cells(),
-    };
+    let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
     run_part(&step, &views, &[], 0, 1).map_err(|e| format!("{e:?}"))?;
     let Loc::Arena(at) = output.loc else {
         unreachable!()
