@@ -111,7 +111,7 @@ fn add_taps(
         match (s, halves) {
             (1, _) => zip_row(dst, dst, row_in.sub(start, count), |o, x| o + wv * x),
             (_, Some((even, odd))) => {
-                let half = if start % 2 == 0 { even } else { odd };
+                let half = if start.is_multiple_of(2) { even } else { odd };
                 zip_row(dst, dst, &half[start / 2..start / 2 + count], |o, x| {
                     o + wv * x
                 })

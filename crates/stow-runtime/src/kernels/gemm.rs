@@ -437,7 +437,10 @@ mod tests {
             };
             gemm(m, n, k, &sa, &sb, &dst, s);
             let back: Vec<f32> = (0..m * n).map(|i| ct[(i % n) * m + i / n]).collect();
-            assert_eq!(back, want, "{m}x{n}x{k} by columns, {scratch_floats} floats");
+            assert_eq!(
+                back, want,
+                "{m}x{n}x{k} by columns, {scratch_floats} floats"
+            );
         }
     }
 }
