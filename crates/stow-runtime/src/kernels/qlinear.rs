@@ -37,6 +37,13 @@
 //! nothing to the sum: it holds a's zero point. Anything else (a
 //! parameter with one value per row of a, or per output channel of the
 //! result, other element types) is refused at setup.
+//!
+//! The loops below are the reference. Where the step has its scratch,
+//! the same sums come from packed panels and the integer kernels of
+//! [`igemm`] (AVX-512 VNNI, AVX2 or portable, chosen at run time) through
+//! [`fast`], which gives the reference's results bit for bit; the step's
+//! output is then split between threads by panels of output positions or
+//! columns.
 
 use super::cells::Src;
 use super::contract::{self, Contraction};
@@ -49,6 +56,9 @@ use super::{Kernel, Operand};
 use alloc::{format, string::String, vec::Vec};
 use core::cell::Cell;
 use stow_bundle::{DType, Op};
+
+mod fast;
+pub mod igemm;
 
 /// The nine inputs, in tract's order.
 const A: usize = 0;
@@ -109,6 +119,8 @@ pub struct QProduct {
     /// The summation of a and b (the parameters are not in it).
     sum: Contraction,
     channels: Channels,
+    /// How the packed path walks it, if it can.
+    packed: Option<fast::Plan>,
 }
 
 /// A quantized convolution: tract's `Conv` with `q_params`.
@@ -119,12 +131,13 @@ pub struct QConv {
 }
 
 /// Prepares a quantized `EinSum` or `Conv` (its `q_params` attribute
-/// names the output type), or says why it cannot run.
+/// names the output type), or says why it cannot run; with the scratch
+/// floats per thread its packed path takes (0: it has none).
 pub(super) fn prepare(
     op: &Op,
     ins: &[Operand<'_>],
     outs: &[Operand<'_>],
-) -> Result<Kernel, String> {
+) -> Result<(Kernel, usize), String> {
     want(ins.len() == 9 && outs.len() == 1, || {
         format!(
             "a quantized {} takes 9 inputs and gives 1 output, found {} and {}",
@@ -196,7 +209,7 @@ fn refuse(i: usize, x: &Operand<'_>, channel: &str) -> String {
     )
 }
 
-fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usize), String> {
     let expr = attr_text(op, "expr")?;
     let (lhs, out_axes) = expr.split_once("->").ok_or("no -> in the expression")?;
     let parts: Vec<&str> = lhs.split(',').collect();
@@ -249,10 +262,17 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, St
         b0: along(B0)?,
         b_scale: along(B_SCALE)?,
     };
-    Ok(Kernel::QProduct(QProduct { sum, channels }))
+    let packed = fast::Plan::of(&sum);
+    let scratch = packed.as_ref().map_or(0, fast::Plan::scratch_floats);
+    let kernel = QProduct {
+        sum,
+        channels,
+        packed,
+    };
+    Ok((Kernel::QProduct(kernel), scratch))
 }
 
-fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usize), String> {
     let shape = conv_shape(op, &ins[A], &ins[B], out)?;
     let c_out = shape.groups * shape.out_per_group;
     // Output element o is in channel (o / plane) % c_out (NCHW or CHW).
@@ -278,7 +298,8 @@ fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, Strin
         b0: along(B0)?,
         b_scale: along(B_SCALE)?,
     };
-    Ok(Kernel::QConv(QConv { shape, channels }))
+    let scratch = fast::scratch_floats(shape.k(), shape.n());
+    Ok((Kernel::QConv(QConv { shape, channels }), scratch))
 }
 
 /// ONNX's requantisation of accumulator `acc` (bias included) with the
@@ -432,10 +453,37 @@ impl<'a> Requant<'a> {
     /// Output element `o` from its sum of products.
     #[inline]
     fn output(&self, o: usize, sum: i32) -> i32 {
-        let acc = sum.wrapping_add(self.bias.at(self.channels.bias.at(o)));
+        let (bias, scale, _) = self.channel(o);
+        self.finish(sum, bias, scale)
+    }
+
+    /// The bias, the combined scale and b's zero point of output element
+    /// `o`'s channel.
+    #[inline]
+    fn channel(&self, o: usize) -> (i32, f32, i32) {
+        let bias = self.bias.at(self.channels.bias.at(o));
         let b_scale = self.b_scale.at(self.channels.b_scale.at(o));
         let scale = combined(self.a_scale, b_scale, self.c_scale);
-        requantize(acc, scale, self.c0, self.range)
+        (bias, scale, self.b0(o))
+    }
+
+    /// [`Requant::channel`] of elements `o..o + lanes` when they share one
+    /// channel.
+    #[inline]
+    fn row(&self, o: usize, lanes: usize) -> Option<(i32, f32, i32)> {
+        let last = o + lanes.max(1) - 1;
+        let c = self.channels;
+        [c.bias, c.b0, c.b_scale]
+            .iter()
+            .all(|a| a.len == 1 || o / a.div == last / a.div)
+            .then(|| self.channel(o))
+    }
+
+    /// An output from its sum of products and its channel's bias and
+    /// combined scale ([`Requant::channel`]).
+    #[inline]
+    fn finish(&self, sum: i32, bias: i32, scale: f32) -> i32 {
+        requantize(sum.wrapping_add(bias), scale, self.c0, self.range)
     }
 }
 
@@ -466,16 +514,31 @@ macro_rules! narrow_pair {
     };
 }
 
+/// Whether operand `o` (u8 or i8) is i8.
+fn signed(o: &Operand<'_>) -> bool {
+    o.dtype == DType::I8
+}
+
 impl QProduct {
-    /// Runs the product of `ins` into `out`.
+    /// Runs share `part` of `parts` of the product of `ins` into `out`:
+    /// packed through `scratch` where it suffices, else the reference
+    /// loops on share 0 alone.
     pub fn run(
         &self,
         v: &Views<'_>,
         ins: &[Operand<'_>],
         out: &Operand<'_>,
+        scratch: &[Cell<f32>],
+        (part, parts): (usize, usize),
     ) -> Result<(), Failure> {
         let out = Out::of(v, out)?;
         let q = Requant::load(v, ins, self.channels, &out)?;
+        let (a, b) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
+        let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
+        let isa = igemm::Isa::detect();
+        if self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts) || part != 0 {
+            return Ok(());
+        }
         narrow_pair!(v, &ins[A], &ins[B], |a, b| product_loop(
             &self.sum, a, b, &q, &out
         ));
@@ -507,15 +570,24 @@ fn product_loop<X: Narrow, Y: Narrow>(
 }
 
 impl QConv {
-    /// Runs the convolution of `ins` into `out`.
+    /// Runs share `part` of `parts` of the convolution of `ins` into
+    /// `out`, as [`QProduct::run`].
     pub fn run(
         &self,
         v: &Views<'_>,
         ins: &[Operand<'_>],
         out: &Operand<'_>,
+        scratch: &[Cell<f32>],
+        (part, parts): (usize, usize),
     ) -> Result<(), Failure> {
         let out = Out::of(v, out)?;
         let q = Requant::load(v, ins, self.channels, &out)?;
+        let (x, w) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
+        let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
+        let isa = igemm::Isa::detect();
+        if self.run_packed(isa, x, w, dom, &q, &out, scratch, part, parts) || part != 0 {
+            return Ok(());
+        }
         narrow_pair!(v, &ins[A], &ins[B], |x, w| conv_loop(
             &self.shape,
             x,
