@@ -47,7 +47,6 @@
 
 use super::cells::Src;
 use super::contract::{self, Contraction};
-use super::float::Float;
 use super::layout::strides_of;
 use super::linalg::ConvShape;
 use super::prepare::{attr_text, conv_shape, want};
@@ -57,6 +56,7 @@ use alloc::{format, string::String, vec::Vec};
 use core::cell::Cell;
 use stow_bundle::{DType, Op};
 
+mod depthwise;
 mod fast;
 pub mod igemm;
 
@@ -306,9 +306,22 @@ fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usiz
 /// combined scale `a_scale·b_scale / c_scale`: `acc · scale + zero`
 /// rounded half to even and saturated to `lo..=hi`. A NaN scale (a zero
 /// output scale over a zero product) gives 0.
+#[inline]
 pub fn requantize(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
     let y = f64::from(acc) * f64::from(scale) + f64::from(zero);
-    Float::round_ties_even(y).clamp(lo.into(), hi.into()) as i32
+    round_clamped(y, lo, hi)
+}
+
+/// `round_ties_even(y)` saturated to `lo..=hi` (NaN: 0), without a call
+/// to libm's `rint` per element (the baseline x86-64 target has no SSE4.1
+/// `roundsd`). Clamping first changes nothing, the bounds being integers,
+/// and leaves `|y| ≤ 2³¹`, where adding and subtracting 1.5·2⁵² rounds to
+/// the nearest integer, ties to even: IEEE arithmetic rounds the sum so.
+#[inline]
+fn round_clamped(y: f64, lo: i32, hi: i32) -> i32 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2⁵²
+    let y = y.clamp(lo.into(), hi.into());
+    ((y + SHIFT) - SHIFT) as i32
 }
 
 /// The combined scale, in f32 as ONNX's reference computes it.
@@ -399,6 +412,25 @@ impl<'a> Out<'a> {
         }
     }
 
+    /// Writes `ys` (already within [`Out::range`]) from `o` on.
+    #[inline]
+    fn set_row(&self, o: usize, ys: &[i32]) {
+        match self {
+            Out::U8(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y as u8)),
+            Out::I8(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y as i8)),
+            Out::I32(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y)),
+        }
+    }
+
     /// Writes `y` (already within [`Out::range`]) at `o`.
     #[inline]
     fn set(&self, o: usize, y: i32) {
@@ -479,6 +511,16 @@ impl<'a> Requant<'a> {
             .then(|| self.channel(o))
     }
 
+    /// [`Requant::finish`] of every sum of `sums`, in place: one channel,
+    /// one loop the compiler can vectorise.
+    #[inline]
+    fn finish_row(&self, sums: &mut [i32], bias: i32, scale: f32) {
+        let (c0, range) = (self.c0, self.range);
+        for s in sums {
+            *s = requantize(s.wrapping_add(bias), scale, c0, range);
+        }
+    }
+
     /// An output from its sum of products and its channel's bias and
     /// combined scale ([`Requant::channel`]).
     #[inline]
@@ -514,6 +556,19 @@ macro_rules! narrow_pair {
     };
 }
 
+/// True where a test asks for the reference loops alone (to compare the
+/// other paths with them).
+#[cfg(test)]
+fn reference_only() -> bool {
+    tests::REFERENCE_ONLY.with(Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn reference_only() -> bool {
+    false
+}
+
 /// Whether operand `o` (u8 or i8) is i8.
 fn signed(o: &Operand<'_>) -> bool {
     o.dtype == DType::I8
@@ -536,7 +591,8 @@ impl QProduct {
         let (a, b) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
         let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
         let isa = igemm::Isa::detect();
-        if self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts) || part != 0 {
+        let fast = !reference_only();
+        if fast && self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts) || part != 0 {
             return Ok(());
         }
         narrow_pair!(v, &ins[A], &ins[B], |a, b| product_loop(
@@ -585,7 +641,12 @@ impl QConv {
         let (x, w) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
         let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
         let isa = igemm::Isa::detect();
-        if self.run_packed(isa, x, w, dom, &q, &out, scratch, part, parts) || part != 0 {
+        let fast = !reference_only();
+        if fast
+            && (self.run_depthwise(x, w, dom, &q, &out, part, parts)
+                || self.run_packed(isa, x, w, dom, &q, &out, scratch, part, parts))
+            || part != 0
+        {
             return Ok(());
         }
         narrow_pair!(v, &ins[A], &ins[B], |x, w| conv_loop(

@@ -35,8 +35,13 @@ impl Domains {
         }
     }
 
+    /// The XOR of a's bytes and of b's.
+    pub(super) fn flips(self) -> (u8, u8) {
+        (self.a_flip, self.b_flip)
+    }
+
     /// a's zero point on the u8 side.
-    fn a0(self, a0: i32) -> i32 {
+    pub(super) fn a0(self, a0: i32) -> i32 {
         if self.a_flip != 0 {
             a0.wrapping_add(128)
         } else {
@@ -45,7 +50,7 @@ impl Domains {
     }
 
     /// b's zero point on the i8 side.
-    fn b0(self, b0: i32) -> i32 {
+    pub(super) fn b0(self, b0: i32) -> i32 {
         if self.b_flip != 0 {
             b0.wrapping_sub(128)
         } else {
@@ -62,6 +67,69 @@ fn centred(raw: i32, sum_a: i32, sum_b: i32, k: usize, a0: i32, b0: i32) -> i32 
     raw.wrapping_sub(b0.wrapping_mul(sum_a))
         .wrapping_sub(a0.wrapping_mul(sum_b))
         .wrapping_add(k.wrapping_mul(a0).wrapping_mul(b0))
+}
+
+/// Quads of the stack buffer a product packs into when the compiler
+/// planned less scratch than one panel (the arena had no more room at
+/// that step): 8 KiB, depths up to 1,636.
+const STACK_QUADS: usize = 2048;
+
+fn stack() -> [Cell<u32>; STACK_QUADS] {
+    core::array::from_fn(|_| Cell::new(0))
+}
+
+/// The planned scratch if it holds one panel of depth `k`, else the stack
+/// buffer if that does, else `None`.
+fn enough<'s>(
+    k: usize,
+    planned: &'s [Cell<u32>],
+    on_stack: &'s [Cell<u32>],
+) -> Option<&'s [Cell<u32>]> {
+    [planned, on_stack]
+        .into_iter()
+        .find(|s| igemm::panels_per_block(k, s.len()) > 0)
+}
+
+/// Packs `k` bytes of `src` from `base` with stride `stride`, XORed with
+/// `flip`, into every `MR`-th quad of `dst` (one row of a tile); returns
+/// their sum as i8 (`signed`) or u8 values. Contiguous bytes are read four
+/// at a time.
+#[inline]
+fn pack_row<'d, L: Load<u8>>(
+    src: L,
+    base: usize,
+    stride: usize,
+    k: usize,
+    flip: u8,
+    signed: bool,
+    dst: impl Iterator<Item = &'d Cell<u32>>,
+) -> i32 {
+    let value = |v: u8| {
+        if signed {
+            i32::from(v as i8)
+        } else {
+            i32::from(v)
+        }
+    };
+    let mut sum = 0i32;
+    for (q, cell) in dst.enumerate() {
+        let depths = 4.min(k - 4 * q);
+        let bytes: [u8; 4] = if depths == 4 && stride == 1 {
+            let b = src.sub(base + 4 * q, 4);
+            [b.load(0), b.load(1), b.load(2), b.load(3)].map(|v| v ^ flip)
+        } else {
+            core::array::from_fn(|t| {
+                if t < depths {
+                    src.load(base + (4 * q + t) * stride) ^ flip
+                } else {
+                    0
+                }
+            })
+        };
+        sum = bytes.iter().fold(sum, |s, &v| s.wrapping_add(value(v)));
+        cell.set(u32::from_le_bytes(bytes));
+    }
+    sum
 }
 
 /// Shares of `panels` panels: thread `part` of `parts` takes consecutive
@@ -85,8 +153,92 @@ struct ConvOps<'s, X, W> {
     dom: Domains,
     /// The padding's byte: a's zero point on the u8 side.
     pad: u8,
-    /// 1×1 kernel, unit strides, no padding: position `j` reads input `j`.
-    pointwise: bool,
+    /// 2-d (depth 1 everywhere): [`ConvOps::pack_flat`] packs.
+    flat: bool,
+}
+
+impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
+    /// [`Operands::pack_lanes`] of a 2-d convolution: the depth walked
+    /// with counters instead of divisions, and for a panel whose sixteen
+    /// windows are all inside the image, one load per byte at a fixed
+    /// offset from each lane's window.
+    fn pack_flat(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        let win = &self.s.window;
+        let [_, ih, iw] = win.input;
+        let [_, _, ow] = win.output;
+        let [_, kh, kw] = win.kernel;
+        let (dy, dx) = (win.dilations[1], win.dilations[2]);
+        let plane = win.input_plane();
+        let k = self.s.k();
+        let lanes = NR.min(self.lanes() - j0);
+        let origin: [(isize, isize); NR] = core::array::from_fn(|l| {
+            let pos = j0 + l.min(lanes - 1);
+            let (oy, ox) = (pos / ow, pos % ow);
+            (
+                (oy * win.strides[1]) as isize - win.pad[1] as isize,
+                (ox * win.strides[2]) as isize - win.pad[2] as isize,
+            )
+        });
+        let (reach_y, reach_x) = (((kh - 1) * dy) as isize, ((kw - 1) * dx) as isize);
+        let interior = origin.iter().all(|&(y, x)| {
+            y >= 0 && x >= 0 && y + reach_y < ih as isize && x + reach_x < iw as isize
+        });
+        let at: [usize; NR] = core::array::from_fn(|l| {
+            let (y, x) = origin[l];
+            if interior {
+                y as usize * iw + x as usize
+            } else {
+                0
+            }
+        });
+        let flip = self.dom.a_flip;
+        let mut sums = [0i32; NR];
+        let mut quad = [0u32; NR];
+        let (mut ic, mut ty, mut tx) = (0, 0, 0);
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            for t in 0..4.min(k - 4 * q) {
+                let shift = 8 * t;
+                if interior {
+                    let off = self.x_base + ic * plane + ty * dy * iw + tx * dx;
+                    for l in 0..NR {
+                        let v = self.x.load(off + at[l]) ^ flip;
+                        quad[l] |= u32::from(v) << shift;
+                        sums[l] = sums[l].wrapping_add(v.into());
+                    }
+                } else {
+                    let base = self.x_base + ic * plane;
+                    for l in 0..lanes {
+                        let (y, x) = (
+                            origin[l].0 + (ty * dy) as isize,
+                            origin[l].1 + (tx * dx) as isize,
+                        );
+                        // Negative coordinates wrap to huge ones: one test each.
+                        let v = if (y as usize) < ih && (x as usize) < iw {
+                            self.x.load(base + y as usize * iw + x as usize) ^ flip
+                        } else {
+                            self.pad
+                        };
+                        quad[l] |= u32::from(v) << shift;
+                        sums[l] = sums[l].wrapping_add(v.into());
+                    }
+                }
+                tx += 1;
+                if tx == kw {
+                    tx = 0;
+                    ty += 1;
+                    if ty == kh {
+                        ty = 0;
+                        ic += 1;
+                    }
+                }
+            }
+            for (cell, v) in out.iter().zip(&mut quad) {
+                cell.set(*v);
+                *v = 0;
+            }
+        }
+        sums
+    }
 }
 
 impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
@@ -105,6 +257,9 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
     }
 
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        if self.flat {
+            return self.pack_flat(j0, panel);
+        }
         let win = &self.s.window;
         let [_, ih, iw] = win.input;
         let [_, oh, ow] = win.output;
@@ -135,13 +290,6 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
                     quad[l] |= u32::from(v) << (8 * t);
                     sums[l] = sums[l].wrapping_add(v.into());
                 };
-                if self.pointwise && lanes == NR {
-                    let row = self.x.sub(base + j0, NR);
-                    for l in 0..NR {
-                        put(l, row.load(l) ^ flip);
-                    }
-                    continue;
-                }
                 let tz = tap / (kh * kw);
                 let ty = tap / kw % kh;
                 let tx = tap % kw;
@@ -177,16 +325,8 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
                 rows.iter().skip(r).step_by(MR).for_each(|c| c.set(0));
                 continue;
             }
-            let w = self.w.sub((self.c0 + i) * k, k);
-            for (q, cell) in rows.iter().skip(r).step_by(MR).enumerate() {
-                let mut quad = 0u32;
-                for t in 0..4.min(k - 4 * q) {
-                    let v = w.load(4 * q + t) ^ flip;
-                    quad |= u32::from(v) << (8 * t);
-                    sums[r] = sums[r].wrapping_add((v as i8).into());
-                }
-                cell.set(quad);
-            }
+            let dst = rows.iter().skip(r).step_by(MR);
+            sums[r] = pack_row(self.w, (self.c0 + i) * k, 1, k, flip, true, dst);
         }
         sums
     }
@@ -208,19 +348,16 @@ impl QConv {
         parts: usize,
     ) -> bool {
         let s = &self.shape;
-        let scratch = igemm::quads(scratch);
+        let on_stack = stack();
+        let Some(scratch) = enough(s.k(), igemm::quads(scratch), &on_stack) else {
+            return false;
+        };
         let a0 = dom.a0(q.a0);
         let Ok(pad) = u8::try_from(a0) else {
             return false;
         };
-        if igemm::panels_per_block(s.k(), scratch.len()) == 0 {
-            return false;
-        }
         let win = &s.window;
-        let pointwise = win.kernel == [1, 1, 1]
-            && win.strides == [1, 1, 1]
-            && win.pad == [0; 3]
-            && win.pad_after == [0; 3];
+        let flat = win.input[0] == 1 && win.output[0] == 1 && win.kernel[0] == 1 && win.pad[0] == 0;
         let (c_in, c_out) = (s.groups * s.in_per_group, s.groups * s.out_per_group);
         let (plane_in, plane_out) = (win.input_plane(), win.output_plane());
         let panels = share(plane_out.div_ceil(NR), part, parts);
@@ -235,7 +372,7 @@ impl QConv {
                         c0: group * s.out_per_group,
                         dom,
                         pad,
-                        pointwise,
+                        flat,
                     };
                     let first = (image * c_out + ops.c0) * plane_out;
                     igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
@@ -245,11 +382,11 @@ impl QConv {
                             let o = first + (d.i0 + r) * plane_out + d.j0;
                             let (bias, scale, b0) = q.channel(o);
                             let b0 = dom.b0(b0);
-                            for l in 0..lanes {
-                                let sum_a = d.lane_sums[l];
-                                let acc = centred(d.raw[r][l], sum_a, d.row_sums[r], s.k(), a0, b0);
-                                out.set(o + l, q.finish(acc, bias, scale));
-                            }
+                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
+                                centred(d.raw[r][l], d.lane_sums[l], d.row_sums[r], s.k(), a0, b0)
+                            });
+                            q.finish_row(&mut ys, bias, scale);
+                            out.set_row(o, &ys[..lanes]);
                         }
                     });
                 }
@@ -463,15 +600,8 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
                 continue;
             }
             let base = self.r_base + self.plan.rows.offset(Self::R, i);
-            for (q, cell) in rows.iter().skip(r).step_by(MR).enumerate() {
-                let mut quad = 0u32;
-                for t in 0..4.min(k - 4 * q) {
-                    let v = self.r.load(base + (4 * q + t) * stride) ^ flip;
-                    quad |= u32::from(v) << (8 * t);
-                    sums[r] = sums[r].wrapping_add(side(v, !LANES_A));
-                }
-                cell.set(quad);
-            }
+            let dst = rows.iter().skip(r).step_by(MR);
+            sums[r] = pack_row(self.r, base, stride, k, flip, LANES_A, dst);
         }
         sums
     }
@@ -501,10 +631,10 @@ impl QProduct {
         let Some(plan) = &self.packed else {
             return false;
         };
-        let scratch = igemm::quads(scratch);
-        if igemm::panels_per_block(plan.k, scratch.len()) == 0 {
+        let on_stack = stack();
+        let Some(scratch) = enough(plan.k, igemm::quads(scratch), &on_stack) else {
             return false;
-        }
+        };
         let a0 = dom.a0(q.a0);
         let n = plan.lanes.len();
         let panels = share(n.div_ceil(NR), part, parts);
@@ -525,7 +655,18 @@ impl QProduct {
                             }
                         };
                         // One channel for the whole row (a convolution's
-                        // output channel) is looked up once.
+                        // output channel) is looked up once, and the row
+                        // requantised in one loop.
+                        if let Some((bias, scale, b0)) = q.row(o, lanes) {
+                            let b0 = dom.b0(b0);
+                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
+                                let (sa, sb) = sums(l);
+                                centred(d.raw[r][l], sa, sb, plan.k, a0, b0)
+                            });
+                            q.finish_row(&mut ys, bias, scale);
+                            out.set_row(o, &ys[..lanes]);
+                            continue;
+                        }
                         let row = q.row(o, lanes);
                         for l in 0..lanes {
                             let (bias, scale, b0) = match row {

@@ -45,7 +45,7 @@ pub const NR: usize = 16;
 /// Rows of a tile.
 pub const MR: usize = 4;
 /// Panels packed per block: each row quad read is used this many times.
-pub const NB: usize = 4;
+pub const NB: usize = 8;
 
 /// An `MR × NR` tile of i32 sums.
 pub type Tile = [[i32; NR]; MR];

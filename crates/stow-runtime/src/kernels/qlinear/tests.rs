@@ -4,6 +4,7 @@
 
 use super::super::{run_part, Loc, Step};
 use super::*;
+use crate::kernels::float::Float;
 use alloc::string::ToString;
 use stow_bundle::AttrValue;
 
@@ -93,6 +94,8 @@ fn bytes(t: &T) -> Vec<u8> {
 std::thread_local! {
     /// Runs of the packed path on this test's thread.
     static PACKED_RUNS: Cell<usize> = const { Cell::new(0) };
+    /// Makes the kernels run their reference loops alone.
+    pub(super) static REFERENCE_ONLY: Cell<bool> = const { Cell::new(false) };
 }
 
 fn packed_runs() -> usize {
@@ -150,34 +153,41 @@ fn run(
         unreachable!()
     };
     // Runs the step in `parts` shares, one after the other, each with
-    // `floats` of scratch; the output bytes.
-    let mut go = |floats: usize, parts: usize| -> Result<(Vec<u8>, bool), String> {
-        let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
-        bytes[at..at + n * size].fill(0xa5);
-        let mut scratch = vec![f32::from_bits(0x7fc0_dead); floats];
-        let scratch = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
-        let views = Views {
-            arena: Cell::from_mut(bytes).as_slice_of_cells(),
+    // `floats` of scratch (the reference loops alone with `reference`);
+    // the output bytes and whether the scratch was written.
+    let mut go =
+        |floats: usize, parts: usize, reference: bool| -> Result<(Vec<u8>, bool), String> {
+            let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
+            bytes[at..at + n * size].fill(0xa5);
+            let mut scratch = vec![f32::from_bits(0x7fc0_dead); floats];
+            let scratch = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+            let views = Views {
+                arena: Cell::from_mut(bytes).as_slice_of_cells(),
+            };
+            REFERENCE_ONLY.with(|r| r.set(reference));
+            let ran = (0..parts).try_for_each(|part| run_part(&step, &views, scratch, part, parts));
+            REFERENCE_ONLY.with(|r| r.set(false));
+            ran.map_err(|e| format!("{e:?}"))?;
+            let packed = scratch.iter().any(|c| c.get().to_bits() != 0x7fc0_dead);
+            Ok((
+                bytemuck::cast_slice::<u64, u8>(&arena)[at..at + n * size].to_vec(),
+                packed,
+            ))
         };
-        for part in 0..parts {
-            run_part(&step, &views, scratch, part, parts).map_err(|e| format!("{e:?}"))?;
-        }
-        let packed = scratch.iter().any(|c| c.get().to_bits() != 0x7fc0_dead);
-        Ok((
-            bytemuck::cast_slice::<u64, u8>(&arena)[at..at + n * size].to_vec(),
-            packed,
-        ))
-    };
-    // The reference loops (no scratch), then the packed path where the
-    // kernel has one, alone and in two and three shares: the same bytes.
-    let (raw, _) = go(0, 1)?;
+    // The reference loops, then the faster paths: packed through the
+    // planned scratch alone and in two and three shares, and through the
+    // stack buffer (no scratch); a depthwise convolution runs directly.
+    let (raw, _) = go(0, 1, true)?;
+    let direct = matches!(&step.kernel, Kernel::QConv(c) if c.shape.depthwise());
     if step.scratch > 0 {
         for parts in [1, 2, 3] {
-            let (packed, used) = go(step.scratch, parts)?;
-            assert!(used, "the packed path declined its own scratch");
+            let (packed, used) = go(step.scratch, parts, false)?;
+            assert!(used || direct, "the packed path declined its own scratch");
             assert_eq!(packed, raw, "packed path in {parts} shares");
             PACKED_RUNS.with(|c| c.set(c.get() + 1));
         }
+        let (on_stack, _) = go(0, 2, false)?;
+        assert_eq!(on_stack, raw, "packed on the stack");
     }
     Ok(match out.0 {
         DType::U8 => raw.iter().map(|&b| b.into()).collect(),
@@ -643,6 +653,30 @@ fn requantisation_rounds_half_to_even_and_saturates() {
     assert_eq!(requantize(i32::MIN, 1.0, 0, (i32::MIN, i32::MAX)), i32::MIN);
     assert_eq!(requantize(i32::MAX, 1.0, 0, (i32::MIN, i32::MAX)), i32::MAX);
     assert_eq!(requantize(7, f32::NAN, 0, u8s), 0);
+}
+
+/// The rounding without libm agrees with `round_ties_even` then clamp on
+/// halves, near-halves, large values and the ends of every range.
+#[test]
+fn rounding_without_libm_is_round_ties_even() {
+    let mut rng = Rng(0xfeed_f00d);
+    let mut values = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
+    for i in -600..600 {
+        let h = f64::from(i) / 2.0;
+        values.extend([h, h + 1e-9, h - 1e-9, h + f64::EPSILON * h]);
+    }
+    for _ in 0..20_000 {
+        let e = rng.int(0, 40) as u32;
+        let x = f64::from(rng.float(-1.0, 1.0)) * (1u64 << e) as f64;
+        values.push(x);
+    }
+    values.extend([2147483647.5, -2147483648.5, 1e300, -1e300]);
+    for y in values {
+        for (lo, hi) in [(0, 255), (-128, 127), (i32::MIN, i32::MAX)] {
+            let want = Float::round_ties_even(y).clamp(lo.into(), hi.into()) as i32;
+            assert_eq!(round_clamped(y, lo, hi), want, "{y} in {lo}..={hi}");
+        }
+    }
 }
 
 /// The examples of ONNX's MatMulInteger and QLinearMatMul documents.
