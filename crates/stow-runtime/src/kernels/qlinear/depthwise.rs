@@ -4,8 +4,11 @@
 //! is inside the image, into a row of i32 sums. Padding adds nothing, as
 //! in the reference loops (it holds a's zero point), and the sums are the
 //! reference's modulo 2³² (wrapping i32, in another order), so the outputs
-//! are the reference's bit for bit. With unit column stride the inner loop
-//! reads contiguous bytes and vectorises; no packing, no scratch.
+//! are the reference's bit for bit. Each input line a tap row reads is
+//! first widened to i32 `x − a0` and split by column phase (column
+//! `p + sx·j` at `line[p·len + j]` for column stride `sx`), so that every
+//! tap's run is one contiguous slice and the inner loop vectorises; no
+//! packing, no scratch.
 
 use super::fast::Domains;
 use super::{Out, QConv, Requant};
@@ -15,6 +18,8 @@ use crate::kernels::cells::{Load, Src};
 const ROW: usize = 1024;
 /// Most taps per window.
 const TAPS: usize = 64;
+/// Widest input line (with its phases) the stack buffer holds.
+const LINE: usize = 2048;
 
 impl QConv {
     /// The direct depthwise path; `false` where it declines (a grouped
@@ -38,10 +43,15 @@ impl QConv {
         let [_, oh, ow] = win.output;
         let [_, kh, kw] = win.kernel;
         let flat = win.input[0] == 1 && win.output[0] == 1 && win.kernel[0] == 1 && win.pad[0] == 0;
-        if !s.depthwise() || !flat || ow > ROW || kh * kw > TAPS || win.strides[2] == 0 {
+        let sx = win.strides[2];
+        if !s.depthwise() || !flat || ow > ROW || kh * kw > TAPS || sx == 0 {
             return false;
         }
-        let (sy, sx) = (win.strides[1], win.strides[2]);
+        let len = iw.div_ceil(sx);
+        if len * sx > LINE {
+            return false;
+        }
+        let sy = win.strides[1];
         let (dy, dx) = (win.dilations[1], win.dilations[2]);
         let (py, px) = (win.pad[1] as isize, win.pad[2] as isize);
         let (a0, flips) = (dom.a0(q.a0), dom.flips());
@@ -49,6 +59,7 @@ impl QConv {
         let per = planes.div_ceil(parts.max(1));
         let mine = (part * per).min(planes)..((part + 1) * per).min(planes);
         let mut sums = [0i32; ROW];
+        let mut line = [0i32; LINE];
         crate::with_load!(x, |x| crate::with_load!(w, |w| {
             for plane in mine {
                 let channel = plane % s.groups;
@@ -71,7 +82,13 @@ impl QConv {
                         if iy < 0 || iy as usize >= ih {
                             continue;
                         }
-                        let line = xb + iy as usize * iw;
+                        let src = x.sub(xb + iy as usize * iw, iw);
+                        for phase in 0..sx {
+                            let to = &mut line[phase * len..(phase + 1) * len];
+                            for (cell, c) in to.iter_mut().zip((phase..iw).step_by(sx)) {
+                                *cell = i32::from(src.load(c) ^ flips.0).wrapping_sub(a0);
+                            }
+                        }
                         for tx in 0..kw {
                             let wv = taps[ty * kw + tx];
                             // Columns ox with 0 ≤ ox·sx + off < iw.
@@ -89,10 +106,10 @@ impl QConv {
                             if lo >= hi {
                                 continue;
                             }
-                            let first = (lo * sx) as isize + off;
-                            let src = x.sub(line + first as usize, (hi - lo - 1) * sx + 1);
-                            for (i, acc) in row[lo..hi].iter_mut().enumerate() {
-                                let v = i32::from(src.load(i * sx) ^ flips.0).wrapping_sub(a0);
+                            let first = ((lo * sx) as isize + off) as usize;
+                            let at = first % sx * len + first / sx;
+                            let xs = &line[at..at + (hi - lo)];
+                            for (acc, &v) in row[lo..hi].iter_mut().zip(xs) {
                                 *acc = acc.wrapping_add(v.wrapping_mul(wv));
                             }
                         }
