@@ -14,6 +14,7 @@ use super::{Out, QConv, QProduct, Requant};
 use crate::kernels::cells::{Load, Src};
 use crate::kernels::contract::Contraction;
 use crate::kernels::linalg::ConvShape;
+use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
 
