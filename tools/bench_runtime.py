@@ -15,6 +15,14 @@ rounds of each runner's median, and ratios to tract.
     python3 tools/bench_runtime.py [--rounds 3] [--repeat 10] [--python PY]
 
 PY must have onnxruntime and numpy (default: ~/.venvs/stow-export/bin/python).
+
+Quantized models (tools/quant_models.py --exported --work W keeps them):
+`--runners stow,onnxruntime` leaves tract out, and `--stow-base BIN` adds a
+second stow binary (a build before a change) to the same interleaved
+rounds, each binary running the bundle it compiled itself:
+
+    python3 tools/bench_runtime.py --models DIR --only mobilenet_v2_qdq_per_channel \
+        --runners stow,onnxruntime --stow-base /path/to/old/stow
 """
 import argparse
 import json
@@ -46,7 +54,10 @@ def main():
     parser.add_argument("--stow", default="target/release/stow")
     parser.add_argument("--tract", default="target/release/examples/tract_latency")
     parser.add_argument("--python", default=os.path.expanduser("~/.venvs/stow-export/bin/python"))
+    parser.add_argument("--runners", default="stow,tract,onnxruntime")
+    parser.add_argument("--stow-base", help="a second stow binary, measured in the same rounds as `stow base`")
     args = parser.parse_args()
+    runners = args.runners.split(",") + (["stow base"] if args.stow_base else [])
     here = os.path.dirname(os.path.abspath(__file__))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,6 +65,10 @@ def main():
             model = os.path.join(args.models, f"{name}.onnx")
             bundle = os.path.join(tmp, f"{name}.stow")
             subprocess.run([args.stow, "compile", model, "-o", bundle], check=True, capture_output=True)
+            base_bundle = os.path.join(tmp, f"{name}.base.stow")
+            if args.stow_base:
+                subprocess.run([args.stow_base, "compile", model, "-o", base_bundle], check=True,
+                               capture_output=True)
             info = json.loads(subprocess.run([args.stow, "inspect", "--json", bundle], check=True,
                                              capture_output=True, text=True).stdout)
             by_name = {t["name"]: t for t in info["tensors"] if t["kind"] == "input"}
@@ -61,18 +76,31 @@ def main():
             inputs_json = os.path.join(tmp, f"{name}.inputs.json")
             json.dump(specs, open(inputs_json, "w"))
             for threads in [int(t) for t in args.threads.split(",")]:
-                got = {"stow": [], "tract": [], "onnxruntime": []}
+                commands = {
+                    "stow": [args.stow, "run", bundle, "--threads", str(threads), "--repeat", str(args.repeat)],
+                    "stow base": [args.stow_base, "run", base_bundle, "--threads", str(threads),
+                                  "--repeat", str(args.repeat)],
+                    "tract": [args.tract, model, bundle, str(args.repeat), str(threads)],
+                    "onnxruntime": [args.python, os.path.join(here, "ort_latency.py"), model, inputs_json,
+                                    str(args.repeat), str(threads)],
+                }
+                got = {r: [] for r in runners}
                 for _ in range(args.rounds):
-                    got["stow"].append(timed([args.stow, "run", bundle, "--threads", str(threads),
-                                              "--repeat", str(args.repeat)]))
-                    got["tract"].append(timed([args.tract, model, bundle, str(args.repeat), str(threads)]))
-                    got["onnxruntime"].append(timed([args.python, os.path.join(here, "ort_latency.py"), model,
-                                                     inputs_json, str(args.repeat), str(threads)]))
+                    for r in runners:
+                        got[r].append(timed(commands[r]))
                 med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
                        for k, v in got.items()}
                 rows.append((name, threads, info["arena_bytes"], med))
                 print(f"{name} x{threads}: " + ", ".join(f"{k} {v[0]:.1f} ms {v[1]:.0f} MiB" for k, v in med.items()),
                       file=sys.stderr)
+    if runners != ["stow", "tract", "onnxruntime"]:
+        print("| model | threads | " + " | ".join(runners) + " | stow / onnxruntime |")
+        print("|---|---:|" + "---:|" * (len(runners) + 1))
+        for name, threads, arena, m in rows:
+            ratio = (f"{m['stow'][0] / m['onnxruntime'][0]:.2f}×"
+                     if "stow" in m and "onnxruntime" in m else "")
+            print(f"| {name} | {threads} | " + " | ".join(f"{m[r][0]:.2f} ms" for r in runners) + f" | {ratio} |")
+        return
     print("| model | threads | stow run | tract | onnxruntime | stow / tract | peak RSS stow | tract | onnxruntime |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, threads, arena, m in rows:

@@ -19,6 +19,14 @@ float model's (an int8 model should need about a quarter).
 
     cargo build --release -p stow-cli
     python tools/quant_models.py [--stow BIN] [--work DIR] [--only SUBSTR] [--json FILE]
+                                 [--exported [DIR]]
+
+With --exported, the models of tools/export_models.py found in DIR
+(default ~/.cache/stowage/models) are quantized too, the way their users
+would: mobilenet_v2 and resnet50 static QDQ per channel (u8 activations,
+i8 weights) after onnxruntime's `quant_pre_process`, calibrated on four
+seeded random images; bert_base dynamically (i8 weights). The quantized
+models stay in --work for tools/bench_runtime.py.
 
 The Python environment needs numpy, onnx and onnxruntime. Exits 1 when
 any model runs and differs by more than one step (or 1e-2 of the output's
@@ -99,6 +107,10 @@ def mlp(rng):
 
 MODELS = {"cnn": cnn, "mlp": mlp}
 
+# Models of tools/export_models.py and how each is quantized.
+EXPORTED = {"mobilenet_v2": "qdq_per_channel", "resnet50": "qdq_per_channel", "bert_base": "dynamic"}
+EXPORTED_DIR = os.path.expanduser("~/.cache/stowage/models")
+
 
 def float_model(name):
     graph, shapes = MODELS[name](np.random.default_rng(7))
@@ -108,20 +120,44 @@ def float_model(name):
     return model, shapes
 
 
+def exported_model(path):
+    """An exported model and its inputs: name -> (shape, numpy type)."""
+    model = onnx.load(path)
+    inits = {i.name for i in model.graph.initializer}
+    shapes = {}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        t = i.type.tensor_type
+        dtype = np.int64 if t.elem_type == TensorProto.INT64 else np.float32
+        shapes[i.name] = ([d.dim_value for d in t.shape.dim], dtype)
+    return model, shapes
+
+
 def feeds_for(shapes, seed):
+    """Seeded inputs: floats in [-1, 1); int64 inputs are token ids (BERT's
+    vocabulary) and an attention mask of ones."""
     rng = np.random.default_rng(seed)
-    return {k: rng.uniform(-1, 1, s).astype(np.float32) for k, s in shapes.items()}
+    feeds = {}
+    for k, s in shapes.items():
+        # The built models give shapes, exported ones (shape list, type).
+        s, dtype = s if isinstance(s[0], list) else (s, np.float32)
+        if dtype == np.int64:
+            feeds[k] = (np.ones(s, np.int64) if "mask" in k else rng.integers(0, 30522, s, dtype=np.int64))
+        else:
+            feeds[k] = rng.uniform(-1, 1, s).astype(np.float32)
+    return feeds
 
 
 # ------------------------------------------------------------- variants --
 
 
-def quantize(variant, src, dst, shapes):
+def quantize(variant, src, dst, shapes, batches=16, preprocess=False):
     from onnxruntime import quantization as q
 
     class Calibration(q.CalibrationDataReader):
         def __init__(self):
-            self.batches = iter([feeds_for(shapes, 100 + i) for i in range(16)])
+            self.batches = iter([feeds_for(shapes, 100 + i) for i in range(batches)])
 
         def get_next(self):
             return next(self.batches, None)
@@ -129,6 +165,12 @@ def quantize(variant, src, dst, shapes):
     if variant == "dynamic":
         q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8)
         return
+    if preprocess:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+        pre = dst[:-len(".onnx")] + "_pre.onnx"
+        # The exported shapes are static: no symbolic inference (sympy).
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        src = pre
     q.quantize_static(
         src, dst, Calibration(),
         quant_format=q.QuantFormat.QOperator if variant == "qoperator" else q.QuantFormat.QDQ,
@@ -189,13 +231,18 @@ def output_steps(model):
     return {o.name: steps[o.name] for o in model.graph.output if o.name in steps}
 
 
-def check(args, name, variant, work):
+def check(args, name, variant, work, exported=None):
     import onnxruntime as ort
-    model, shapes = float_model(name)
-    fpath = os.path.join(work, f"{name}.onnx")
-    onnx.save(model, fpath)
     qpath = os.path.join(work, f"{name}_{variant}.onnx")
-    quantize(variant, fpath, qpath, shapes)
+    if exported:
+        fpath = exported
+        _, shapes = exported_model(fpath)
+        quantize(variant, fpath, qpath, shapes, batches=4, preprocess=True)
+    else:
+        model, shapes = float_model(name)
+        fpath = os.path.join(work, f"{name}.onnx")
+        onnx.save(model, fpath)
+        quantize(variant, fpath, qpath, shapes)
     row = {"model": name, "variant": variant}
     ops = sorted({n.op_type for n in onnx.load(qpath).graph.node})
     row["operators"] = ops
@@ -258,6 +305,8 @@ def main():
     p.add_argument("--work", help="keep models, bundles and outputs here (default: a temporary directory)")
     p.add_argument("--only", help="only the model/variant pairs whose name contains this")
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--exported", nargs="?", const=EXPORTED_DIR, metavar="DIR",
+                   help="also quantize the exported models found in DIR (default: %(const)s)")
     args = p.parse_args()
     if not os.path.exists(args.stow):
         sys.exit(f"{args.stow}: no such binary (cargo build --release -p stow-cli, or --stow)")
@@ -271,6 +320,13 @@ def main():
             case = os.path.join(work, f"{name}_{variant}")
             os.makedirs(case, exist_ok=True)
             rows.append(check(args, name, variant, case))
+    for name, variant in EXPORTED.items() if args.exported else []:
+        src = os.path.join(args.exported, f"{name}.onnx")
+        if not os.path.exists(src) or (args.only and args.only not in f"{name}_{variant}"):
+            continue
+        case = os.path.join(work, f"{name}_{variant}")
+        os.makedirs(case, exist_ok=True)
+        rows.append(check(args, name, variant, case, exported=src))
     table(rows)
     if args.json:
         with open(args.json, "w") as f:

@@ -610,7 +610,7 @@ pub fn prepare(
             super::qpointwise::prepare_pool(attr_int(op, "channels_last")? != 0, ins, outs)
         }
         "EinSum" | "Conv" if attr(op, "q_params").is_some() => {
-            super::qlinear::prepare(op, ins, outs).map(|k| (k, 0))
+            super::qlinear::prepare(op, ins, outs).map(|(k, s)| (k, budgeted(op, s)))
         }
         "Conv" | "Deconv" => conv(op, ins, outs),
         "EinSum" => einsum(op, ins, outs).or_else(|product| {

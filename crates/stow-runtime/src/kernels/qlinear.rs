@@ -37,10 +37,16 @@
 //! nothing to the sum: it holds a's zero point. Anything else (a
 //! parameter with one value per row of a, or per output channel of the
 //! result, other element types) is refused at setup.
+//!
+//! The loops below are the reference. Where the step has its scratch,
+//! the same sums come from packed panels and the integer kernels of
+//! [`igemm`] (AVX-512 VNNI, AVX2 or portable, chosen at run time) through
+//! [`fast`], which gives the reference's results bit for bit; the step's
+//! output is then split between threads by panels of output positions or
+//! columns.
 
 use super::cells::Src;
 use super::contract::{self, Contraction};
-use super::float::Float;
 use super::layout::strides_of;
 use super::linalg::ConvShape;
 use super::prepare::{attr_text, conv_shape, want};
@@ -49,6 +55,10 @@ use super::{Kernel, Operand};
 use alloc::{format, string::String, vec::Vec};
 use core::cell::Cell;
 use stow_bundle::{DType, Op};
+
+mod depthwise;
+mod fast;
+pub mod igemm;
 
 /// The nine inputs, in tract's order.
 const A: usize = 0;
@@ -109,6 +119,8 @@ pub struct QProduct {
     /// The summation of a and b (the parameters are not in it).
     sum: Contraction,
     channels: Channels,
+    /// How the packed path walks it, if it can.
+    packed: Option<fast::Plan>,
 }
 
 /// A quantized convolution: tract's `Conv` with `q_params`.
@@ -119,12 +131,13 @@ pub struct QConv {
 }
 
 /// Prepares a quantized `EinSum` or `Conv` (its `q_params` attribute
-/// names the output type), or says why it cannot run.
+/// names the output type), or says why it cannot run; with the scratch
+/// floats per thread its packed path takes (0: it has none).
 pub(super) fn prepare(
     op: &Op,
     ins: &[Operand<'_>],
     outs: &[Operand<'_>],
-) -> Result<Kernel, String> {
+) -> Result<(Kernel, usize), String> {
     want(ins.len() == 9 && outs.len() == 1, || {
         format!(
             "a quantized {} takes 9 inputs and gives 1 output, found {} and {}",
@@ -196,7 +209,7 @@ fn refuse(i: usize, x: &Operand<'_>, channel: &str) -> String {
     )
 }
 
-fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usize), String> {
     let expr = attr_text(op, "expr")?;
     let (lhs, out_axes) = expr.split_once("->").ok_or("no -> in the expression")?;
     let parts: Vec<&str> = lhs.split(',').collect();
@@ -249,10 +262,17 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, St
         b0: along(B0)?,
         b_scale: along(B_SCALE)?,
     };
-    Ok(Kernel::QProduct(QProduct { sum, channels }))
+    let packed = fast::Plan::of(&sum);
+    let scratch = packed.as_ref().map_or(0, fast::Plan::scratch_floats);
+    let kernel = QProduct {
+        sum,
+        channels,
+        packed,
+    };
+    Ok((Kernel::QProduct(kernel), scratch))
 }
 
-fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, String> {
+fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usize), String> {
     let shape = conv_shape(op, &ins[A], &ins[B], out)?;
     let c_out = shape.groups * shape.out_per_group;
     // Output element o is in channel (o / plane) % c_out (NCHW or CHW).
@@ -278,16 +298,30 @@ fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<Kernel, Strin
         b0: along(B0)?,
         b_scale: along(B_SCALE)?,
     };
-    Ok(Kernel::QConv(QConv { shape, channels }))
+    let scratch = fast::scratch_floats(shape.k(), shape.n());
+    Ok((Kernel::QConv(QConv { shape, channels }), scratch))
 }
 
 /// ONNX's requantisation of accumulator `acc` (bias included) with the
 /// combined scale `a_scale·b_scale / c_scale`: `acc · scale + zero`
 /// rounded half to even and saturated to `lo..=hi`. A NaN scale (a zero
 /// output scale over a zero product) gives 0.
+#[inline]
 pub fn requantize(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
     let y = f64::from(acc) * f64::from(scale) + f64::from(zero);
-    Float::round_ties_even(y).clamp(lo.into(), hi.into()) as i32
+    round_clamped(y, lo, hi)
+}
+
+/// `round_ties_even(y)` saturated to `lo..=hi` (NaN: 0), without a call
+/// to libm's `rint` per element (the baseline x86-64 target has no SSE4.1
+/// `roundsd`). Clamping first changes nothing, the bounds being integers,
+/// and leaves `|y| ≤ 2³¹`, where adding and subtracting 1.5·2⁵² rounds to
+/// the nearest integer, ties to even: IEEE arithmetic rounds the sum so.
+#[inline]
+fn round_clamped(y: f64, lo: i32, hi: i32) -> i32 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2⁵²
+    let y = y.clamp(lo.into(), hi.into());
+    ((y + SHIFT) - SHIFT) as i32
 }
 
 /// The combined scale, in f32 as ONNX's reference computes it.
@@ -378,6 +412,25 @@ impl<'a> Out<'a> {
         }
     }
 
+    /// Writes `ys` (already within [`Out::range`]) from `o` on.
+    #[inline]
+    fn set_row(&self, o: usize, ys: &[i32]) {
+        match self {
+            Out::U8(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y as u8)),
+            Out::I8(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y as i8)),
+            Out::I32(c) => c[o..o + ys.len()]
+                .iter()
+                .zip(ys)
+                .for_each(|(c, &y)| c.set(y)),
+        }
+    }
+
     /// Writes `y` (already within [`Out::range`]) at `o`.
     #[inline]
     fn set(&self, o: usize, y: i32) {
@@ -432,10 +485,47 @@ impl<'a> Requant<'a> {
     /// Output element `o` from its sum of products.
     #[inline]
     fn output(&self, o: usize, sum: i32) -> i32 {
-        let acc = sum.wrapping_add(self.bias.at(self.channels.bias.at(o)));
+        let (bias, scale, _) = self.channel(o);
+        self.finish(sum, bias, scale)
+    }
+
+    /// The bias, the combined scale and b's zero point of output element
+    /// `o`'s channel.
+    #[inline]
+    fn channel(&self, o: usize) -> (i32, f32, i32) {
+        let bias = self.bias.at(self.channels.bias.at(o));
         let b_scale = self.b_scale.at(self.channels.b_scale.at(o));
         let scale = combined(self.a_scale, b_scale, self.c_scale);
-        requantize(acc, scale, self.c0, self.range)
+        (bias, scale, self.b0(o))
+    }
+
+    /// [`Requant::channel`] of elements `o..o + lanes` when they share one
+    /// channel.
+    #[inline]
+    fn row(&self, o: usize, lanes: usize) -> Option<(i32, f32, i32)> {
+        let last = o + lanes.max(1) - 1;
+        let c = self.channels;
+        [c.bias, c.b0, c.b_scale]
+            .iter()
+            .all(|a| a.len == 1 || o / a.div == last / a.div)
+            .then(|| self.channel(o))
+    }
+
+    /// [`Requant::finish`] of every sum of `sums`, in place: one channel,
+    /// one loop the compiler can vectorise.
+    #[inline]
+    fn finish_row(&self, sums: &mut [i32], bias: i32, scale: f32) {
+        let (c0, range) = (self.c0, self.range);
+        for s in sums {
+            *s = requantize(s.wrapping_add(bias), scale, c0, range);
+        }
+    }
+
+    /// An output from its sum of products and its channel's bias and
+    /// combined scale ([`Requant::channel`]).
+    #[inline]
+    fn finish(&self, sum: i32, bias: i32, scale: f32) -> i32 {
+        requantize(sum.wrapping_add(bias), scale, self.c0, self.range)
     }
 }
 
@@ -466,16 +556,45 @@ macro_rules! narrow_pair {
     };
 }
 
+/// True where a test asks for the reference loops alone (to compare the
+/// other paths with them).
+#[cfg(test)]
+fn reference_only() -> bool {
+    tests::REFERENCE_ONLY.with(Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn reference_only() -> bool {
+    false
+}
+
+/// Whether operand `o` (u8 or i8) is i8.
+fn signed(o: &Operand<'_>) -> bool {
+    o.dtype == DType::I8
+}
+
 impl QProduct {
-    /// Runs the product of `ins` into `out`.
+    /// Runs share `part` of `parts` of the product of `ins` into `out`:
+    /// packed through `scratch` where it suffices, else the reference
+    /// loops on share 0 alone.
     pub fn run(
         &self,
         v: &Views<'_>,
         ins: &[Operand<'_>],
         out: &Operand<'_>,
+        scratch: &[Cell<f32>],
+        (part, parts): (usize, usize),
     ) -> Result<(), Failure> {
         let out = Out::of(v, out)?;
         let q = Requant::load(v, ins, self.channels, &out)?;
+        let (a, b) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
+        let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
+        let isa = igemm::Isa::detect();
+        let fast = !reference_only();
+        if fast && self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts) || part != 0 {
+            return Ok(());
+        }
         narrow_pair!(v, &ins[A], &ins[B], |a, b| product_loop(
             &self.sum, a, b, &q, &out
         ));
@@ -507,15 +626,29 @@ fn product_loop<X: Narrow, Y: Narrow>(
 }
 
 impl QConv {
-    /// Runs the convolution of `ins` into `out`.
+    /// Runs share `part` of `parts` of the convolution of `ins` into
+    /// `out`, as [`QProduct::run`].
     pub fn run(
         &self,
         v: &Views<'_>,
         ins: &[Operand<'_>],
         out: &Operand<'_>,
+        scratch: &[Cell<f32>],
+        (part, parts): (usize, usize),
     ) -> Result<(), Failure> {
         let out = Out::of(v, out)?;
         let q = Requant::load(v, ins, self.channels, &out)?;
+        let (x, w) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
+        let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
+        let isa = igemm::Isa::detect();
+        let fast = !reference_only();
+        if fast
+            && (self.run_depthwise(x, w, dom, &q, &out, part, parts)
+                || self.run_packed(isa, x, w, dom, &q, &out, scratch, part, parts))
+            || part != 0
+        {
+            return Ok(());
+        }
         narrow_pair!(v, &ins[A], &ins[B], |x, w| conv_loop(
             &self.shape,
             x,

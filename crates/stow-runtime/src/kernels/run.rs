@@ -134,7 +134,10 @@ macro_rules! by_float {
 /// True for kernels that split their work between threads
 /// ([`run_part`]); the others run whole on one thread.
 pub fn splits(k: &Kernel) -> bool {
-    matches!(k, Kernel::Conv(_) | Kernel::MatMul(_))
+    matches!(
+        k,
+        Kernel::Conv(_) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
+    )
 }
 
 /// Runs share `part` of `parts` of a step that [`splits`] (shares write
@@ -427,8 +430,8 @@ pub fn run_part(
         Kernel::ScatterElements(k) => k.run(v, ins, outs)?,
         Kernel::ScatterNd(k) => k.run(v, ins, outs)?,
         Kernel::GatherNd(k) => k.run(v, ins, outs)?,
-        Kernel::QProduct(k) => k.run(v, ins, &outs[0])?,
-        Kernel::QConv(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QProduct(k) => k.run(v, ins, &outs[0], scratch, (part, parts))?,
+        Kernel::QConv(k) => k.run(v, ins, &outs[0], scratch, (part, parts))?,
         Kernel::QBinary(k) => k.run(v, ins, &outs[0])?,
         Kernel::QGlobalPool(k) => k.run(v, ins, &outs[0])?,
         Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,

@@ -4,6 +4,7 @@
 
 use super::super::{run_part, Loc, Step};
 use super::*;
+use crate::kernels::float::Float;
 use alloc::string::ToString;
 use stow_bundle::AttrValue;
 
@@ -90,6 +91,17 @@ fn bytes(t: &T) -> Vec<u8> {
     }
 }
 
+std::thread_local! {
+    /// Runs of the packed path on this test's thread.
+    static PACKED_RUNS: Cell<usize> = const { Cell::new(0) };
+    /// Makes the kernels run their reference loops alone.
+    pub(super) static REFERENCE_ONLY: Cell<bool> = const { Cell::new(false) };
+}
+
+fn packed_runs() -> usize {
+    PACKED_RUNS.with(|c| c.get())
+}
+
 /// Prepares `op_type` over `ins` into an output of `out` and runs it
 /// with every operand in an arena; the output as integers.
 fn run(
@@ -137,13 +149,44 @@ fn run(
         scratch,
         planned: None,
     };
-    let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
-    let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
-    run_part(&step, &views, &[], 0, 1).map_err(|e| format!("{e:?}"))?;
     let Loc::Arena(at) = output.loc else {
         unreachable!()
     };
-    let raw = &bytemuck::cast_slice::<u64, u8>(&arena)[at..at + n * size];
+    // Runs the step in `parts` shares, one after the other, each with
+    // `floats` of scratch (the reference loops alone with `reference`);
+    // the output bytes and whether the scratch was written.
+    let mut go =
+        |floats: usize, parts: usize, reference: bool| -> Result<(Vec<u8>, bool), String> {
+            let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
+            bytes[at..at + n * size].fill(0xa5);
+            let mut scratch = vec![f32::from_bits(0x7fc0_dead); floats];
+            let scratch = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+            let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
+            REFERENCE_ONLY.with(|r| r.set(reference));
+            let ran = (0..parts).try_for_each(|part| run_part(&step, &views, scratch, part, parts));
+            REFERENCE_ONLY.with(|r| r.set(false));
+            ran.map_err(|e| format!("{e:?}"))?;
+            let packed = scratch.iter().any(|c| c.get().to_bits() != 0x7fc0_dead);
+            Ok((
+                bytemuck::cast_slice::<u64, u8>(&arena)[at..at + n * size].to_vec(),
+                packed,
+            ))
+        };
+    // The reference loops, then the faster paths: packed through the
+    // planned scratch alone and in two and three shares, and through the
+    // stack buffer (no scratch); a depthwise convolution runs directly.
+    let (raw, _) = go(0, 1, true)?;
+    let direct = matches!(&step.kernel, Kernel::QConv(c) if c.shape.depthwise());
+    if step.scratch > 0 {
+        for parts in [1, 2, 3] {
+            let (packed, used) = go(step.scratch, parts, false)?;
+            assert!(used || direct, "the packed path declined its own scratch");
+            assert_eq!(packed, raw, "packed path in {parts} shares");
+            PACKED_RUNS.with(|c| c.set(c.get() + 1));
+        }
+        let (on_stack, _) = go(0, 2, false)?;
+        assert_eq!(on_stack, raw, "packed on the stack");
+    }
     Ok(match out.0 {
         DType::U8 => raw.iter().map(|&b| b.into()).collect(),
         DType::I8 => raw.iter().map(|&b| (b as i8).into()).collect(),
@@ -272,6 +315,7 @@ const NARROW: [DType; 2] = [DType::U8, DType::I8];
 /// u8, i8 and i32, against ONNX's formula.
 #[test]
 fn products_match_the_onnx_formula() {
+    let before = packed_runs();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (batch, m, k, n) = (2, 3, 7, 4);
     let mut checked = 0;
@@ -336,6 +380,8 @@ fn products_match_the_onnx_formula() {
             }
         }
     }
+    // Every case also ran packed (and matched).
+    assert_eq!(packed_runs() - before, 2 * 2 * 3 * 2 * 2 * 3);
     // The cases reach both ends of the narrow types, not only the middle.
     assert!(
         saturated > 10 && saturated < checked / 4,
@@ -348,6 +394,7 @@ fn products_match_the_onnx_formula() {
 /// types, against a direct loop of ONNX's formula.
 #[test]
 fn convolutions_match_the_onnx_formula() {
+    let runs = packed_runs();
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let (batch, c_in, h, w) = (2, 4, 5, 6);
     let (groups, c_out, kh, kw) = (2, 6, 3, 2);
@@ -435,6 +482,157 @@ fn convolutions_match_the_onnx_formula() {
             }
         }
     }
+    assert_eq!(
+        packed_runs() - runs,
+        2 * 2 * 3 * 2 * 3,
+        "every case also ran packed"
+    );
+}
+
+/// Random convolutions and products, sized around the packed path's
+/// tiles (16 lanes, 4 rows, depths in fours) and pointwise, depthwise and
+/// padded, with zero points at the ends of their types: the packed path
+/// (every instruction set the CPU has, through `run`) gives the reference
+/// loops' bytes.
+#[test]
+fn the_packed_path_matches_the_reference_on_random_shapes() {
+    let before = packed_runs();
+    let mut rng = Rng(0x0dd5_17e5);
+    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
+    let edge = |rng: &mut Rng, dtype: DType| -> i64 {
+        let (lo, hi) = range(dtype);
+        match rng.int(0, 3) {
+            0 => lo,
+            1 => hi,
+            _ => rng.int(lo, hi),
+        }
+    };
+    for case in 0..60 {
+        let (x_type, w_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
+        let out = [DType::U8, DType::I8, DType::I32][case % 3];
+        let kind = case / 4 % 3; // pointwise, depthwise, general
+        let (groups, ipg, opg, kh, kw, stride, pad) = match kind {
+            0 => (1, rng.int(1, 40), rng.int(1, 9), 1, 1, 1, 0),
+            1 => (rng.int(1, 6), 1, 1, 3, 3, rng.int(1, 2), 1),
+            _ => (
+                1,
+                rng.int(1, 7),
+                rng.int(1, 6),
+                rng.int(1, 3),
+                rng.int(1, 3),
+                1,
+                rng.int(0, 1),
+            ),
+        };
+        let [groups, ipg, opg, kh, kw, stride, pad] =
+            [groups, ipg, opg, kh, kw, stride, pad].map(|v| v as usize);
+        let (h, w) = (
+            rng.int(kh as i64, 13) as usize,
+            rng.int(kw as i64, 21) as usize,
+        );
+        let oh = (h + 2 * pad - kh) / stride + 1;
+        let ow = (w + 2 * pad - kw) / stride + 1;
+        let (c_in, c_out) = (groups * ipg, groups * opg);
+        let mut p = Params::random(&mut rng, x_type, w_type, out, c_out);
+        p.a0 = edge(&mut rng, x_type);
+        p.b0 = (0..c_out).map(|_| edge(&mut rng, w_type)).collect();
+        let mut ins = vec![
+            ints(x_type, &[1, c_in, h, w], rng.narrow(x_type, c_in * h * w)),
+            ints(
+                w_type,
+                &[c_out, ipg, kh, kw],
+                rng.narrow(w_type, c_out * ipg * kh * kw),
+            ),
+        ];
+        ins.extend(
+            p.tensors(x_type, w_type, out, "")
+                .into_iter()
+                .map(|(mut t, _)| {
+                    if matches!(t.dtype, DType::U8 | DType::I8) {
+                        t.dtype = DType::I32;
+                    }
+                    t
+                }),
+        );
+        let attributes = vec![
+            ("data_format", text("NCHW")),
+            ("kernel_shape", ints_attr(&[kh, kw])),
+            ("strides", ints_attr(&[stride, stride])),
+            ("dilations", ints_attr(&[1, 1])),
+            ("padding", text("explicit")),
+            ("pads_before", ints_attr(&[pad, pad])),
+            ("pads_after", ints_attr(&[pad, pad])),
+            ("group", AttrValue::Int(groups as i64)),
+            ("kernel_format", text("OIHW")),
+            ("q_params", text(q_name(out))),
+        ];
+        run("Conv", attributes, &ins, (out, &[1, c_out, oh, ow])).unwrap();
+    }
+    assert_eq!(packed_runs() - before, 60 * 3);
+    for case in 0..60 {
+        let (a_type, b_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
+        let out = [DType::U8, DType::I8, DType::I32][case % 3];
+        let (m, k, n) = (
+            rng.int(1, 9) as usize,
+            rng.int(1, 70) as usize,
+            rng.int(1, 40) as usize,
+        );
+        let mut p = Params::random(&mut rng, a_type, b_type, out, n);
+        p.a0 = edge(&mut rng, a_type);
+        p.b0 = (0..n).map(|_| edge(&mut rng, b_type)).collect();
+        let params = p.tensors(a_type, b_type, out, "m");
+        let labels: Vec<&str> = params.iter().map(|(_, l)| &l[..]).collect();
+        let expr = format!("mk,kn,{}->mn", labels.join(","));
+        let mut ins = vec![
+            ints(a_type, &[m, k], rng.narrow(a_type, m * k)),
+            ints(b_type, &[k, n], rng.narrow(b_type, k * n)),
+        ];
+        ins.extend(params.into_iter().map(|(t, _)| t));
+        let attributes = vec![("expr", text(&expr)), ("q_params", text(q_name(out)))];
+        run("EinSum", attributes, &ins, (out, &[m, n])).unwrap();
+    }
+    assert_eq!(packed_runs() - before, 120 * 3);
+    // A 1×1 convolution as tract writes it (lanes from a: positions, rows
+    // from b: output channels), and a product summed over axes of length
+    // one besides k (tract's Flatten before a Gemm).
+    for case in 0..40 {
+        let (a_type, b_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
+        let out = [DType::U8, DType::I8, DType::I32][case % 3];
+        let (batch, i, o, h, w) = (
+            rng.int(1, 2) as usize,
+            rng.int(1, 30) as usize,
+            rng.int(1, 9) as usize,
+            rng.int(1, 7) as usize,
+            rng.int(1, 9) as usize,
+        );
+        let mut p = Params::random(&mut rng, a_type, b_type, out, o);
+        p.a0 = edge(&mut rng, a_type);
+        p.b0 = (0..o).map(|_| edge(&mut rng, b_type)).collect();
+        let params = p.tensors(a_type, b_type, out, "");
+        let labels: Vec<String> = params.iter().map(|(_, l)| l.replace('n', "o")).collect();
+        let (expr, a_shape, out_shape) = if case % 4 < 2 {
+            (
+                format!("nihw,oi,{}->nohw", labels.join(",")),
+                vec![batch, i, h, w],
+                vec![batch, o, h, w],
+            )
+        } else {
+            (
+                format!("mkba,ok,{}->mo", labels.join(",")),
+                vec![batch, i, 1, 1],
+                vec![batch, o],
+            )
+        };
+        let a_len = a_shape.iter().product();
+        let mut ins = vec![
+            ints(a_type, &a_shape, rng.narrow(a_type, a_len)),
+            ints(b_type, &[o, i], rng.narrow(b_type, o * i)),
+        ];
+        ins.extend(params.into_iter().map(|(t, _)| t));
+        let attributes = vec![("expr", text(&expr)), ("q_params", text(q_name(out)))];
+        run("EinSum", attributes, &ins, (out, &out_shape)).unwrap();
+    }
+    assert_eq!(packed_runs() - before, 160 * 3);
 }
 
 #[test]
@@ -453,6 +651,30 @@ fn requantisation_rounds_half_to_even_and_saturates() {
     assert_eq!(requantize(i32::MIN, 1.0, 0, (i32::MIN, i32::MAX)), i32::MIN);
     assert_eq!(requantize(i32::MAX, 1.0, 0, (i32::MIN, i32::MAX)), i32::MAX);
     assert_eq!(requantize(7, f32::NAN, 0, u8s), 0);
+}
+
+/// The rounding without libm agrees with `round_ties_even` then clamp on
+/// halves, near-halves, large values and the ends of every range.
+#[test]
+fn rounding_without_libm_is_round_ties_even() {
+    let mut rng = Rng(0xfeed_f00d);
+    let mut values = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0];
+    for i in -600..600 {
+        let h = f64::from(i) / 2.0;
+        values.extend([h, h + 1e-9, h - 1e-9, h + f64::EPSILON * h]);
+    }
+    for _ in 0..20_000 {
+        let e = rng.int(0, 40) as u32;
+        let x = f64::from(rng.float(-1.0, 1.0)) * (1u64 << e) as f64;
+        values.push(x);
+    }
+    values.extend([2147483647.5, -2147483648.5, 1e300, -1e300]);
+    for y in values {
+        for (lo, hi) in [(0, 255), (-128, 127), (i32::MIN, i32::MAX)] {
+            let want = Float::round_ties_even(y).clamp(lo.into(), hi.into()) as i32;
+            assert_eq!(round_clamped(y, lo, hi), want, "{y} in {lo}..={hi}");
+        }
+    }
 }
 
 /// The examples of ONNX's MatMulInteger and QLinearMatMul documents.

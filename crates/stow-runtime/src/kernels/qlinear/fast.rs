@@ -1,0 +1,724 @@
+//! The packed path of [`super::QConv`] and [`super::QProduct`]: their
+//! operands as [`igemm::Operands`], the zero points folded back in, and
+//! the requantisation of the reference path applied to each element.
+//!
+//! It computes what the reference loops compute, bit for bit (the sums
+//! modulo 2³², then the same [`super::requantize`]); it declines (returns
+//! `false`, the caller then runs the reference loops) where the scratch
+//! is short of one panel, where a convolution's padding value (a's zero
+//! point as a byte) is not a byte, and where a product's expression is not
+//! one of rows × lanes summed over one axis with b the same for every row.
+
+use super::igemm::{self, Done, Isa, Operands, MR, NR};
+use super::{Out, QConv, QProduct, Requant};
+use crate::kernels::cells::{Load, Src};
+use crate::kernels::contract::Contraction;
+use crate::kernels::linalg::ConvShape;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::ops::Range;
+
+/// How the stored bytes of a and b become the kernel's u8 and i8 (module
+/// doc of [`igemm`]).
+#[derive(Clone, Copy)]
+pub(super) struct Domains {
+    /// XOR applied to a's bytes: 0x80 when a is i8.
+    a_flip: u8,
+    /// XOR applied to b's bytes: 0x80 when b is u8.
+    b_flip: u8,
+}
+
+impl Domains {
+    pub(super) fn new(a_signed: bool, b_signed: bool) -> Domains {
+        Domains {
+            a_flip: if a_signed { 0x80 } else { 0 },
+            b_flip: if b_signed { 0 } else { 0x80 },
+        }
+    }
+
+    /// The XOR of a's bytes and of b's.
+    pub(super) fn flips(self) -> (u8, u8) {
+        (self.a_flip, self.b_flip)
+    }
+
+    /// a's zero point on the u8 side.
+    pub(super) fn a0(self, a0: i32) -> i32 {
+        if self.a_flip != 0 {
+            a0.wrapping_add(128)
+        } else {
+            a0
+        }
+    }
+
+    /// b's zero point on the i8 side.
+    pub(super) fn b0(self, b0: i32) -> i32 {
+        if self.b_flip != 0 {
+            b0.wrapping_sub(128)
+        } else {
+            b0
+        }
+    }
+}
+
+/// `Σ (a − a0)(b − b0)` from the raw sum and the sums of each side (all
+/// modulo 2³²), with `a0`, `b0` already on the kernel's sides.
+#[inline]
+fn centred(raw: i32, sum_a: i32, sum_b: i32, k: usize, a0: i32, b0: i32) -> i32 {
+    let k = k as i32; // modulo 2³², like every other term
+    raw.wrapping_sub(b0.wrapping_mul(sum_a))
+        .wrapping_sub(a0.wrapping_mul(sum_b))
+        .wrapping_add(k.wrapping_mul(a0).wrapping_mul(b0))
+}
+
+/// Quads of the stack buffer a product packs into when the compiler
+/// planned less scratch than one panel (the arena had no more room at
+/// that step): 8 KiB, depths up to 1,636.
+const STACK_QUADS: usize = 2048;
+
+fn stack() -> [Cell<u32>; STACK_QUADS] {
+    core::array::from_fn(|_| Cell::new(0))
+}
+
+/// The planned scratch if it holds one panel of depth `k`, else the stack
+/// buffer if that does, else `None`.
+fn enough<'s>(
+    k: usize,
+    planned: &'s [Cell<u32>],
+    on_stack: &'s [Cell<u32>],
+) -> Option<&'s [Cell<u32>]> {
+    [planned, on_stack]
+        .into_iter()
+        .find(|s| igemm::panels_per_block(k, s.len()) > 0)
+}
+
+/// Packs `k` bytes of `src` from `base` with stride `stride`, XORed with
+/// `flip`, into every `MR`-th quad of `dst` (one row of a tile); returns
+/// their sum as i8 (`signed`) or u8 values. Contiguous bytes are read four
+/// at a time.
+#[inline]
+fn pack_row<'d, L: Load<u8>>(
+    src: L,
+    base: usize,
+    stride: usize,
+    k: usize,
+    flip: u8,
+    signed: bool,
+    dst: impl Iterator<Item = &'d Cell<u32>>,
+) -> i32 {
+    let value = |v: u8| {
+        if signed {
+            i32::from(v as i8)
+        } else {
+            i32::from(v)
+        }
+    };
+    let mut sum = 0i32;
+    for (q, cell) in dst.enumerate() {
+        let depths = 4.min(k - 4 * q);
+        let bytes: [u8; 4] = if depths == 4 && stride == 1 {
+            let b = src.sub(base + 4 * q, 4);
+            [b.load(0), b.load(1), b.load(2), b.load(3)].map(|v| v ^ flip)
+        } else {
+            core::array::from_fn(|t| {
+                if t < depths {
+                    src.load(base + (4 * q + t) * stride) ^ flip
+                } else {
+                    0
+                }
+            })
+        };
+        sum = bytes.iter().fold(sum, |s, &v| s.wrapping_add(value(v)));
+        cell.set(u32::from_le_bytes(bytes));
+    }
+    sum
+}
+
+/// Shares of `panels` panels: thread `part` of `parts` takes consecutive
+/// ones.
+fn share(panels: usize, part: usize, parts: usize) -> Range<usize> {
+    let per = panels.div_ceil(parts.max(1));
+    (part * per).min(panels)..((part + 1) * per).min(panels)
+}
+
+/// One image and group of a convolution: rows are its output channels
+/// (kernel b, i8 side), lanes its output positions (image a, u8 side,
+/// gathered as im2col would).
+struct ConvOps<'s, X, W> {
+    s: &'s ConvShape,
+    x: X,
+    w: W,
+    /// First element of the group's first input channel.
+    x_base: usize,
+    /// First output channel of the group.
+    c0: usize,
+    dom: Domains,
+    /// The padding's byte: a's zero point on the u8 side.
+    pad: u8,
+    /// 2-d (depth 1 everywhere): [`ConvOps::pack_flat`] packs.
+    flat: bool,
+}
+
+impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
+    /// [`Operands::pack_lanes`] of a 2-d convolution: the depth walked
+    /// with counters instead of divisions, and for a panel whose sixteen
+    /// windows are all inside the image, one load per byte at a fixed
+    /// offset from each lane's window.
+    fn pack_flat(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        let win = &self.s.window;
+        let [_, ih, iw] = win.input;
+        let [_, _, ow] = win.output;
+        let [_, kh, kw] = win.kernel;
+        let (dy, dx) = (win.dilations[1], win.dilations[2]);
+        let plane = win.input_plane();
+        let k = self.s.k();
+        let lanes = NR.min(self.lanes() - j0);
+        let origin: [(isize, isize); NR] = core::array::from_fn(|l| {
+            let pos = j0 + l.min(lanes - 1);
+            let (oy, ox) = (pos / ow, pos % ow);
+            (
+                (oy * win.strides[1]) as isize - win.pad[1] as isize,
+                (ox * win.strides[2]) as isize - win.pad[2] as isize,
+            )
+        });
+        let (reach_y, reach_x) = (((kh - 1) * dy) as isize, ((kw - 1) * dx) as isize);
+        let interior = origin.iter().all(|&(y, x)| {
+            y >= 0 && x >= 0 && y + reach_y < ih as isize && x + reach_x < iw as isize
+        });
+        let at: [usize; NR] = core::array::from_fn(|l| {
+            let (y, x) = origin[l];
+            if interior {
+                y as usize * iw + x as usize
+            } else {
+                0
+            }
+        });
+        let flip = self.dom.a_flip;
+        let mut sums = [0i32; NR];
+        let mut quad = [0u32; NR];
+        let (mut ic, mut ty, mut tx) = (0, 0, 0);
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            for t in 0..4.min(k - 4 * q) {
+                let shift = 8 * t;
+                if interior {
+                    let off = self.x_base + ic * plane + ty * dy * iw + tx * dx;
+                    for l in 0..NR {
+                        let v = self.x.load(off + at[l]) ^ flip;
+                        quad[l] |= u32::from(v) << shift;
+                        sums[l] = sums[l].wrapping_add(v.into());
+                    }
+                } else {
+                    let base = self.x_base + ic * plane;
+                    for l in 0..lanes {
+                        let (y, x) = (
+                            origin[l].0 + (ty * dy) as isize,
+                            origin[l].1 + (tx * dx) as isize,
+                        );
+                        // Negative coordinates wrap to huge ones: one test each.
+                        let v = if (y as usize) < ih && (x as usize) < iw {
+                            self.x.load(base + y as usize * iw + x as usize) ^ flip
+                        } else {
+                            self.pad
+                        };
+                        quad[l] |= u32::from(v) << shift;
+                        sums[l] = sums[l].wrapping_add(v.into());
+                    }
+                }
+                tx += 1;
+                if tx == kw {
+                    tx = 0;
+                    ty += 1;
+                    if ty == kh {
+                        ty = 0;
+                        ic += 1;
+                    }
+                }
+            }
+            for (cell, v) in out.iter().zip(&mut quad) {
+                cell.set(*v);
+                *v = 0;
+            }
+        }
+        sums
+    }
+}
+
+impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
+    const LANES_UNSIGNED: bool = true;
+
+    fn depth(&self) -> usize {
+        self.s.k()
+    }
+
+    fn rows(&self) -> usize {
+        self.s.out_per_group
+    }
+
+    fn lanes(&self) -> usize {
+        self.s.n()
+    }
+
+    fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        if self.flat {
+            return self.pack_flat(j0, panel);
+        }
+        let win = &self.s.window;
+        let [_, ih, iw] = win.input;
+        let [_, oh, ow] = win.output;
+        let [_, kh, kw] = win.kernel;
+        let taps = kh * kw * win.kernel[0];
+        let plane = win.input_plane();
+        let k = self.s.k();
+        let lanes = NR.min(self.lanes() - j0);
+        // Where each lane's window starts in the input (may be negative:
+        // padding).
+        let origin: [[isize; 3]; NR] = core::array::from_fn(|l| {
+            let pos = j0 + l.min(lanes - 1);
+            let at = [pos / (oh * ow), pos / ow % oh, pos % ow];
+            core::array::from_fn(|d| (at[d] * win.strides[d]) as isize - win.pad[d] as isize)
+        });
+        let flip = self.dom.a_flip;
+        let mut sums = [0i32; NR];
+        let mut quad = [0u32; NR];
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            for t in 0..4 {
+                let p = 4 * q + t;
+                if p >= k {
+                    break;
+                }
+                let (ic, tap) = (p / taps, p % taps);
+                let base = self.x_base + ic * plane;
+                let mut put = |l: usize, v: u8| {
+                    quad[l] |= u32::from(v) << (8 * t);
+                    sums[l] = sums[l].wrapping_add(v.into());
+                };
+                let tz = tap / (kh * kw);
+                let ty = tap / kw % kh;
+                let tx = tap % kw;
+                let step = [tz, ty, tx].map(|t| t as isize);
+                for (l, o) in origin.iter().enumerate().take(lanes) {
+                    let c: [isize; 3] =
+                        core::array::from_fn(|d| o[d] + step[d] * win.dilations[d] as isize);
+                    let inside = (0..3).all(|d| c[d] >= 0 && (c[d] as usize) < win.input[d]);
+                    let v = if inside {
+                        let (z, y, x) = (c[0] as usize, c[1] as usize, c[2] as usize);
+                        self.x.load(base + (z * ih + y) * iw + x) ^ flip
+                    } else {
+                        self.pad
+                    };
+                    put(l, v);
+                }
+            }
+            for (cell, v) in out.iter().zip(&mut quad) {
+                cell.set(*v);
+                *v = 0;
+            }
+        }
+        sums
+    }
+
+    fn pack_rows(&self, i0: usize, rows: &[Cell<u32>]) -> [i32; MR] {
+        let k = self.s.k();
+        let flip = self.dom.b_flip;
+        let mut sums = [0i32; MR];
+        for r in 0..MR {
+            let i = i0 + r;
+            if i >= self.rows() {
+                rows.iter().skip(r).step_by(MR).for_each(|c| c.set(0));
+                continue;
+            }
+            let dst = rows.iter().skip(r).step_by(MR);
+            sums[r] = pack_row(self.w, (self.c0 + i) * k, 1, k, flip, true, dst);
+        }
+        sums
+    }
+}
+
+impl QConv {
+    /// The packed path; `false` where it declines (module doc).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_packed(
+        &self,
+        isa: Isa,
+        x: Src<'_, u8>,
+        w: Src<'_, u8>,
+        dom: Domains,
+        q: &Requant<'_>,
+        out: &Out<'_>,
+        scratch: &[Cell<f32>],
+        part: usize,
+        parts: usize,
+    ) -> bool {
+        let s = &self.shape;
+        let on_stack = stack();
+        let Some(scratch) = enough(s.k(), igemm::quads(scratch), &on_stack) else {
+            return false;
+        };
+        let a0 = dom.a0(q.a0);
+        let Ok(pad) = u8::try_from(a0) else {
+            return false;
+        };
+        let win = &s.window;
+        let flat = win.input[0] == 1 && win.output[0] == 1 && win.kernel[0] == 1 && win.pad[0] == 0;
+        let (c_in, c_out) = (s.groups * s.in_per_group, s.groups * s.out_per_group);
+        let (plane_in, plane_out) = (win.input_plane(), win.output_plane());
+        let panels = share(plane_out.div_ceil(NR), part, parts);
+        crate::with_load!(x, |x| crate::with_load!(w, |w| {
+            for image in 0..s.batch {
+                for group in 0..s.groups {
+                    let ops = ConvOps {
+                        s,
+                        x,
+                        w,
+                        x_base: (image * c_in + group * s.in_per_group) * plane_in,
+                        c0: group * s.out_per_group,
+                        dom,
+                        pad,
+                        flat,
+                    };
+                    let first = (image * c_out + ops.c0) * plane_out;
+                    igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
+                        let rows = MR.min(s.out_per_group - d.i0);
+                        let lanes = NR.min(plane_out - d.j0);
+                        for r in 0..rows {
+                            let o = first + (d.i0 + r) * plane_out + d.j0;
+                            let (bias, scale, b0) = q.channel(o);
+                            let b0 = dom.b0(b0);
+                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
+                                centred(d.raw[r][l], d.lane_sums[l], d.row_sums[r], s.k(), a0, b0)
+                            });
+                            q.finish_row(&mut ys, bias, scale);
+                            out.set_row(o, &ys[..lanes]);
+                        }
+                    });
+                }
+            }
+        }));
+        true
+    }
+}
+
+/// Axes of a contraction flattened into one index: element `i` sits at
+/// offset `Σ digit_d(i)·stride_d` of each of the three tensors (a, b and
+/// the output), the digits taken over `dims` row-major.
+#[derive(Clone, Debug, Default)]
+struct Axes {
+    dims: Vec<usize>,
+    /// Strides of a, b and the output along `dims`.
+    strides: [Vec<usize>; 3],
+}
+
+impl Axes {
+    fn push(&mut self, dim: usize, strides: [usize; 3]) {
+        self.dims.push(dim);
+        for (s, v) in self.strides.iter_mut().zip(strides) {
+            s.push(v);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Offset of element `i` in tensor `t` (0 a, 1 b, 2 the output).
+    fn offset(&self, t: usize, i: usize) -> usize {
+        row_offset(&self.dims, &self.strides[t], i)
+    }
+}
+
+/// Where a row starts: index `i` spread over `dims` with `strides`.
+fn row_offset(dims: &[usize], strides: &[usize], mut i: usize) -> usize {
+    let mut off = 0;
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        off += i % d * s;
+        i /= d;
+    }
+    off
+}
+
+/// How the packed path walks a quantized product: the output's axes split
+/// into lanes (its trailing axes that one operand, L, has and the other,
+/// R, does not), rows (axes R has and L does not) and batches (the rest:
+/// a new panel for each); one summed axis of length > 1 at most.
+#[derive(Clone, Debug)]
+pub(super) struct Plan {
+    /// L is a (the u8 side), else b.
+    lanes_are_a: bool,
+    lanes: Axes,
+    rows: Axes,
+    batches: Axes,
+    k: usize,
+    /// Strides of a and b along the summed axis.
+    k_strides: [usize; 2],
+}
+
+impl Plan {
+    /// The plan of `c`, if the packed path computes it.
+    pub(super) fn of(c: &Contraction) -> Option<Plan> {
+        let (sa, sb) = (&c.strides[0], &c.strides[1]);
+        let kept = c.kept;
+        if kept == 0 {
+            return None;
+        }
+        let out = crate::kernels::layout::strides_of(&c.dims[..kept]);
+        // The one summed axis that matters (others have length 1).
+        let mut summed = (kept..c.dims.len()).filter(|&d| c.dims[d] > 1);
+        let (k, k_strides) = match (summed.next(), summed.next()) {
+            (None, _) => (1, [0, 0]),
+            (Some(d), None) => (c.dims[d], [sa[d], sb[d]]),
+            _ => return None,
+        };
+        // Axes of length one could go with either operand: the last
+        // longer kept axis decides which one gives the lanes.
+        let long = |d: usize| c.dims[d] > 1;
+        let lanes_are_a = match (0..kept).rev().find(|&d| long(d)) {
+            None => true,
+            Some(d) => match (sa[d], sb[d]) {
+                (_, 0) if sa[d] != 0 => true,
+                (0, _) if sb[d] != 0 => false,
+                _ => return None,
+            },
+        };
+        let (sl, sr) = if lanes_are_a { (sa, sb) } else { (sb, sa) };
+        let mut first_lane = kept;
+        while first_lane > 0 && (sr[first_lane - 1] == 0 || !long(first_lane - 1)) {
+            first_lane -= 1;
+        }
+        let (mut lanes, mut rows, mut batches) =
+            (Axes::default(), Axes::default(), Axes::default());
+        for d in 0..kept {
+            let axes = if d >= first_lane {
+                &mut lanes
+            } else if sl[d] == 0 || !long(d) {
+                &mut rows
+            } else {
+                &mut batches
+            };
+            axes.push(c.dims[d], [sa[d], sb[d], out[d]]);
+        }
+        Some(Plan {
+            lanes_are_a,
+            lanes,
+            rows,
+            batches,
+            k,
+            k_strides,
+        })
+    }
+
+    /// Scratch floats per thread.
+    pub(super) fn scratch_floats(&self) -> usize {
+        scratch_floats(self.k, self.lanes.len())
+    }
+}
+
+/// One batch of a product: lanes from L, rows from R, each at its base
+/// offset, the bytes read with their strides.
+struct ProductOps<'p, L, R, const LANES_A: bool> {
+    plan: &'p Plan,
+    l: L,
+    r: R,
+    l_base: usize,
+    r_base: usize,
+    dom: Domains,
+}
+
+impl<'p, L, R, const LANES_A: bool> ProductOps<'p, L, R, LANES_A> {
+    /// The operand index (0 a, 1 b) of L and of R.
+    const L: usize = if LANES_A { 0 } else { 1 };
+    const R: usize = 1 - Self::L;
+
+    /// XOR of L's and R's bytes.
+    fn flips(&self) -> (u8, u8) {
+        if LANES_A {
+            (self.dom.a_flip, self.dom.b_flip)
+        } else {
+            (self.dom.b_flip, self.dom.a_flip)
+        }
+    }
+}
+
+/// A byte's value on the kernel's u8 or i8 side.
+#[inline(always)]
+fn side(v: u8, unsigned: bool) -> i32 {
+    if unsigned {
+        v.into()
+    } else {
+        (v as i8).into()
+    }
+}
+
+impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, L, R, LANES_A> {
+    const LANES_UNSIGNED: bool = LANES_A;
+
+    fn depth(&self) -> usize {
+        self.plan.k
+    }
+
+    fn rows(&self) -> usize {
+        self.plan.rows.len()
+    }
+
+    fn lanes(&self) -> usize {
+        self.plan.lanes.len()
+    }
+
+    fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        let lanes = NR.min(self.lanes() - j0);
+        let at: [usize; NR] = core::array::from_fn(|l| {
+            self.l_base + self.plan.lanes.offset(Self::L, j0 + l.min(lanes - 1))
+        });
+        let (flip, _) = self.flips();
+        let stride = self.plan.k_strides[Self::L];
+        let k = self.plan.k;
+        let mut sums = [0i32; NR];
+        let mut quad = [0u32; NR];
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            for t in 0..4.min(k - 4 * q) {
+                let p = (4 * q + t) * stride;
+                for l in 0..lanes {
+                    let v = self.l.load(at[l] + p) ^ flip;
+                    quad[l] |= u32::from(v) << (8 * t);
+                    sums[l] = sums[l].wrapping_add(side(v, LANES_A));
+                }
+            }
+            for (cell, v) in out.iter().zip(&mut quad) {
+                cell.set(*v);
+                *v = 0;
+            }
+        }
+        sums
+    }
+
+    fn pack_rows(&self, i0: usize, rows: &[Cell<u32>]) -> [i32; MR] {
+        let (_, flip) = self.flips();
+        let stride = self.plan.k_strides[Self::R];
+        let k = self.plan.k;
+        let mut sums = [0i32; MR];
+        for r in 0..MR {
+            let i = i0 + r;
+            if i >= self.rows() {
+                rows.iter().skip(r).step_by(MR).for_each(|c| c.set(0));
+                continue;
+            }
+            let base = self.r_base + self.plan.rows.offset(Self::R, i);
+            let dst = rows.iter().skip(r).step_by(MR);
+            sums[r] = pack_row(self.r, base, stride, k, flip, LANES_A, dst);
+        }
+        sums
+    }
+}
+
+/// Scratch floats the packed path of a product of depth `k` over `n`
+/// lanes takes per thread (up to [`igemm::NB`] panels per block).
+pub(super) fn scratch_floats(k: usize, n: usize) -> usize {
+    igemm::scratch_quads(k, n.div_ceil(NR).clamp(1, igemm::NB))
+}
+
+impl QProduct {
+    /// The packed path; `false` where it declines (module doc).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_packed(
+        &self,
+        isa: Isa,
+        a: Src<'_, u8>,
+        b: Src<'_, u8>,
+        dom: Domains,
+        q: &Requant<'_>,
+        out: &Out<'_>,
+        scratch: &[Cell<f32>],
+        part: usize,
+        parts: usize,
+    ) -> bool {
+        let Some(plan) = &self.packed else {
+            return false;
+        };
+        let on_stack = stack();
+        let Some(scratch) = enough(plan.k, igemm::quads(scratch), &on_stack) else {
+            return false;
+        };
+        let a0 = dom.a0(q.a0);
+        let n = plan.lanes.len();
+        let panels = share(n.div_ceil(NR), part, parts);
+        crate::with_load!(a, |a| crate::with_load!(b, |b| {
+            for batch in 0..plan.batches.len() {
+                let base = |t: usize| plan.batches.offset(t, batch);
+                let out_base = base(2);
+                let emit = |d: Done<'_>| {
+                    let rows = MR.min(plan.rows.len() - d.i0);
+                    let lanes = NR.min(n - d.j0);
+                    for r in 0..rows {
+                        let o = out_base + plan.rows.offset(2, d.i0 + r) + d.j0;
+                        let sums = |l: usize| {
+                            if plan.lanes_are_a {
+                                (d.lane_sums[l], d.row_sums[r])
+                            } else {
+                                (d.row_sums[r], d.lane_sums[l])
+                            }
+                        };
+                        // One channel for the whole row (a convolution's
+                        // output channel) is looked up once, and the row
+                        // requantised in one loop.
+                        if let Some((bias, scale, b0)) = q.row(o, lanes) {
+                            let b0 = dom.b0(b0);
+                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
+                                let (sa, sb) = sums(l);
+                                centred(d.raw[r][l], sa, sb, plan.k, a0, b0)
+                            });
+                            q.finish_row(&mut ys, bias, scale);
+                            out.set_row(o, &ys[..lanes]);
+                            continue;
+                        }
+                        let row = q.row(o, lanes);
+                        for l in 0..lanes {
+                            let (bias, scale, b0) = match row {
+                                Some(c) => c,
+                                None => q.channel(o + l),
+                            };
+                            let (sa, sb) = sums(l);
+                            let acc = centred(d.raw[r][l], sa, sb, plan.k, a0, dom.b0(b0));
+                            out.set(o + l, q.finish(acc, bias, scale));
+                        }
+                    }
+                };
+                if plan.lanes_are_a {
+                    let ops = ProductOps::<_, _, true> {
+                        plan,
+                        l: a,
+                        r: b,
+                        l_base: base(0),
+                        r_base: base(1),
+                        dom,
+                    };
+                    igemm::product(isa, &ops, scratch, panels.clone(), emit);
+                } else {
+                    let ops = ProductOps::<_, _, false> {
+                        plan,
+                        l: b,
+                        r: a,
+                        l_base: base(1),
+                        r_base: base(0),
+                        dom,
+                    };
+                    igemm::product(isa, &ops, scratch, panels.clone(), emit);
+                }
+            }
+        }));
+        true
+    }
+}
+
+// The reference path walks rows with the contraction module's offsets,
+// the packed path with `row_offset`: they must agree.
+#[cfg(test)]
+#[test]
+fn row_offsets_agree_with_the_contraction() {
+    use crate::kernels::contract;
+    let dims = [3usize, 4, 5];
+    let strides = alloc::vec![alloc::vec![20usize, 5, 1], alloc::vec![0, 0, 0]];
+    for i in 0..60 {
+        assert_eq!(
+            row_offset(&dims, &strides[0], i),
+            contract::offsets(&dims, &strides, 0, i)[0]
+        );
+    }
+}

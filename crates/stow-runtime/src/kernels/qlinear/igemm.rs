@@ -1,0 +1,381 @@
+//! Integer products for the quantized convolutions and products: i32 sums
+//! of u8 × i8 products, four depths at a time, over packed panels.
+//!
+//! A product here is `raw[i][j] = Σ_k a·b` over the *stored* bytes, one
+//! operand read as u8 and the other as i8. Every operand pair reduces to
+//! that: an i8 `a` is stored as `a ^ 0x80` (that is `a + 128` as u8) with
+//! its zero point raised by 128, a u8 `b` as `b ^ 0x80` (`b − 128` as i8)
+//! with its zero point lowered by 128, which leaves every `a − a0` and
+//! `b − b0` unchanged. The zero points then come back as
+//!
+//! ```text
+//! Σ (a − a0)(b − b0) = raw − b0·Σa − a0·Σb + K·a0·b0
+//! ```
+//!
+//! with `Σa`, `Σb` each operand's sums over the depth, which the packers
+//! return. Every sum is taken modulo 2³² (i32 wrapping), like the
+//! reference loops' accumulator, so the result is the reference's bit for
+//! bit whatever the values, overflow included.
+//!
+//! One operand is packed into *panels* of [`NR`] lanes (output columns):
+//! quad `q` (depths `4q..4q + 4`, one byte each) of lane `l` at
+//! `panel[q·NR + l]`. The other gives [`MR`] rows at a time, quad `q` of
+//! row `r` at `rows[q·MR + r]`. Depths past `K` and lanes or rows past the
+//! product are zero bytes, which add nothing. A tile of `MR × NR` sums is
+//! then computed by one of three kernels of the same contract:
+//!
+//! - [`Isa::Vnni`] (AVX-512 VNNI): one `vpdpbusd` per row and quad, sixteen
+//!   lanes wide, which multiplies u8 by i8 and adds groups of four into i32
+//!   lanes without saturation;
+//! - [`Isa::Avx2`]: bytes widened to i16 (exact) and `vpmaddwd`, whose
+//!   pairs of i16 products fit i32 (at most 2·255·128), then pairs of i32
+//!   added; never `vpmaddubsw`, whose i16 sums saturate;
+//! - [`Isa::Portable`]: the same sums in plain Rust.
+//!
+//! The packing buffers are the step's scratch (planned into the arena by
+//! the compiler, [`scratch_quads`]); a 4-byte quad is stored in a scratch
+//! float's bits.
+
+use core::cell::Cell;
+use core::ops::Range;
+
+/// Lanes of a panel: output columns a tile computes together (one
+/// AVX-512 register of i32).
+pub const NR: usize = 16;
+/// Rows of a tile.
+pub const MR: usize = 4;
+/// Panels packed per block: each row quad read is used this many times.
+pub const NB: usize = 8;
+
+/// An `MR × NR` tile of i32 sums.
+pub type Tile = [[i32; NR]; MR];
+
+/// The instruction set a tile is computed with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    /// Plain Rust.
+    Portable,
+    /// AVX2: `vpmovzxbw`/`vpmovsxbw` and `vpmaddwd`.
+    Avx2,
+    /// AVX-512 with VNNI: `vpdpbusd`.
+    Vnni,
+}
+
+impl Isa {
+    /// The best the CPU has: detected at run time with `std`; without it,
+    /// what the crate is compiled for (`-C target-feature=…`).
+    pub fn detect() -> Isa {
+        #[cfg(all(target_arch = "x86_64", feature = "std"))]
+        {
+            if std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vnni")
+            {
+                return Isa::Vnni;
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        #[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+        {
+            if cfg!(all(
+                target_feature = "avx512f",
+                target_feature = "avx512bw",
+                target_feature = "avx512vnni"
+            )) {
+                return Isa::Vnni;
+            }
+            if cfg!(target_feature = "avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Every instruction set this CPU can run, the portable one first (for
+    /// tests that compare them).
+    pub fn all_available() -> impl Iterator<Item = Isa> {
+        let best = Isa::detect();
+        [Isa::Portable, Isa::Avx2, Isa::Vnni]
+            .into_iter()
+            .filter(move |&i| i <= best)
+    }
+}
+
+/// The scratch floats viewed as 4-byte quads.
+pub fn quads(scratch: &[Cell<f32>]) -> &[Cell<u32>] {
+    let ptr = scratch.as_ptr().cast::<Cell<u32>>();
+    // SAFETY: `Cell<f32>` and `Cell<u32>` have the same size and alignment
+    // (those of `f32` and `u32`), and every bit pattern is a valid `u32`
+    // and `f32`; the new slice covers exactly the same elements, with the
+    // same lifetime and the same shared, interior-mutable access (`Cell`
+    // hands out no references into its contents).
+    #[allow(unsafe_code)]
+    unsafe {
+        core::slice::from_raw_parts(ptr, scratch.len())
+    }
+}
+
+/// Quads of scratch a product of depth `k` takes with `nb` panels per
+/// block: the panels, then one tile's rows.
+pub fn scratch_quads(k: usize, nb: usize) -> usize {
+    let nq = k.div_ceil(4);
+    nq * NR * nb + nq * MR
+}
+
+/// Panels per block that `quads` of scratch hold for depth `k` (at most
+/// [`NB`]); 0 when not even one fits.
+pub fn panels_per_block(k: usize, quads: usize) -> usize {
+    let nq = k.div_ceil(4).max(1);
+    (quads.saturating_sub(nq * MR) / (nq * NR)).min(NB)
+}
+
+/// The two operands of one product, as the packers see them.
+pub trait Operands {
+    /// True when the panels hold the u8 operand (a) and the rows the i8
+    /// one (b); false for the other way round.
+    const LANES_UNSIGNED: bool;
+    /// Depth `K` of the sums.
+    fn depth(&self) -> usize;
+    /// Rows of the product.
+    fn rows(&self) -> usize;
+    /// Lanes (columns) of the product.
+    fn lanes(&self) -> usize;
+    /// Packs lanes `j0..j0 + NR` into `panel` (`⌈K/4⌉·NR` quads, layout in
+    /// the module doc) and returns each lane's sum over the depth of the
+    /// values as the kernel reads them (u8 or i8).
+    fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR];
+    /// Packs rows `i0..i0 + MR` into `rows` (`⌈K/4⌉·MR` quads) and returns
+    /// each row's sum, as [`Operands::pack_lanes`].
+    fn pack_rows(&self, i0: usize, rows: &[Cell<u32>]) -> [i32; MR];
+}
+
+/// What a finished tile hands its caller: its first row and lane, the raw
+/// sums, and the lanes' and rows' sums over the depth.
+pub struct Done<'t> {
+    /// First row of the tile.
+    pub i0: usize,
+    /// First lane of the tile.
+    pub j0: usize,
+    /// `raw[r][l]` for row `i0 + r` and lane `j0 + l`.
+    pub raw: &'t Tile,
+    /// Each lane's sum.
+    pub lane_sums: &'t [i32; NR],
+    /// Each row's sum.
+    pub row_sums: &'t [i32; MR],
+}
+
+/// Computes the panels `panels` (lanes `NR·p..`) of the product of `ops`
+/// through `scratch` (at least [`scratch_quads`]`(K, 1)` quads: check with
+/// [`panels_per_block`]) and hands each tile to `emit`, which sees only
+/// whole tiles and must ignore rows and lanes past the product.
+pub fn product<O: Operands>(
+    isa: Isa,
+    ops: &O,
+    scratch: &[Cell<u32>],
+    panels: Range<usize>,
+    mut emit: impl FnMut(Done<'_>),
+) {
+    let k = ops.depth();
+    let nq = k.div_ceil(4);
+    let nb = panels_per_block(k, scratch.len());
+    if nb == 0 {
+        debug_assert!(false, "scratch short of one panel");
+        return;
+    }
+    let (panel_buf, rest) = scratch.split_at(nb * nq * NR);
+    let row_buf = &rest[..nq * MR];
+    let panel = |b: usize| &panel_buf[b * nq * NR..(b + 1) * nq * NR];
+    let mut sums = [[0i32; NR]; NB];
+    let mut p = panels.start;
+    while p < panels.end {
+        let count = nb.min(panels.end - p);
+        for (b, s) in sums.iter_mut().enumerate().take(count) {
+            *s = ops.pack_lanes((p + b) * NR, panel(b));
+        }
+        for i0 in (0..ops.rows()).step_by(MR) {
+            let row_sums = ops.pack_rows(i0, row_buf);
+            for (b, lane_sums) in sums.iter().enumerate().take(count) {
+                let raw = tile(isa, O::LANES_UNSIGNED, panel(b), row_buf);
+                emit(Done {
+                    i0,
+                    j0: (p + b) * NR,
+                    raw: &raw,
+                    lane_sums,
+                    row_sums: &row_sums,
+                });
+            }
+        }
+        p += count;
+    }
+}
+
+/// The sums of one tile: `panel` holds `nq·NR` quads and `rows` `nq·MR`.
+/// With `lanes_unsigned` the panel's bytes are u8 and the rows' i8, else
+/// the other way round.
+pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u32>]) -> Tile {
+    let nq = rows.len() / MR;
+    let (panel, rows) = (&panel[..nq * NR], &rows[..nq * MR]);
+    match (isa, lanes_unsigned) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Vnni, true) => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F, BW and VNNI (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tile_vnni::<true>(panel, rows)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Vnni, false) => {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tile_vnni::<false>(panel, rows)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, true) => {
+            // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tile_avx2::<true>(panel, rows)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, false) => {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tile_avx2::<false>(panel, rows)
+            }
+        }
+        (_, true) => tile_portable::<true>(panel, rows),
+        (_, false) => tile_portable::<false>(panel, rows),
+    }
+}
+
+/// The sum of four products of `x` (a panel's quad) and `w` (a row's).
+#[inline(always)]
+fn dot4<const LANES_UNSIGNED: bool>(x: [u8; 4], w: [u8; 4]) -> i32 {
+    let mut s = 0i32;
+    for t in 0..4 {
+        // At most 4·255·128 in magnitude: no overflow.
+        s += if LANES_UNSIGNED {
+            i32::from(x[t]) * i32::from(w[t] as i8)
+        } else {
+            i32::from(x[t] as i8) * i32::from(w[t])
+        };
+    }
+    s
+}
+
+fn tile_portable<const LANES_UNSIGNED: bool>(panel: &[Cell<u32>], rows: &[Cell<u32>]) -> Tile {
+    let mut acc = [[0i32; NR]; MR];
+    for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+        let x: [[u8; 4]; NR] = core::array::from_fn(|l| x[l].get().to_le_bytes());
+        for (row, w) in acc.iter_mut().zip(w) {
+            let w = w.get().to_le_bytes();
+            for (a, x) in row.iter_mut().zip(x) {
+                *a = a.wrapping_add(dot4::<LANES_UNSIGNED>(x, w));
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Tile, MR, NR};
+    use core::arch::x86_64::*;
+    use core::cell::Cell;
+
+    /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
+    /// BW and VNNI, and `panel.len() == rows.len() / MR * NR`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool>(
+        panel: &[Cell<u32>],
+        rows: &[Cell<u32>],
+    ) -> Tile {
+        let mut acc = [_mm512_setzero_si512(); MR];
+        for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+            // SAFETY: `x` is NR = 16 quads, the 64 bytes one unaligned
+            // load reads; the scratch is only written by this thread.
+            #[allow(unsafe_code)]
+            let x = unsafe { _mm512_loadu_si512(x.as_ptr().cast()) };
+            for (a, w) in acc.iter_mut().zip(w) {
+                let w = _mm512_set1_epi32(w.get() as i32);
+                // vpdpbusd multiplies its first operand's bytes as u8 and
+                // its second's as i8.
+                *a = if LANES_UNSIGNED {
+                    _mm512_dpbusd_epi32(*a, x, w)
+                } else {
+                    _mm512_dpbusd_epi32(*a, w, x)
+                };
+            }
+        }
+        let mut out = [[0i32; NR]; MR];
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store writes.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
+            };
+        }
+        out
+    }
+
+    /// [`super::tile`] with AVX2: each group of four lanes (16 bytes) is
+    /// widened to sixteen i16, multiplied by the row's quad widened the
+    /// same way with `vpmaddwd` (pairs of products into i32, exact), and
+    /// the two i32 of each lane added at the end. The caller guarantees
+    /// AVX2 and `panel.len() == rows.len() / MR * NR`.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool>(
+        panel: &[Cell<u32>],
+        rows: &[Cell<u32>],
+    ) -> Tile {
+        let mut out = [[0i32; NR]; MR];
+        for g in 0..NR / 4 {
+            let mut acc = [_mm256_setzero_si256(); MR];
+            for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+                let x = &x[4 * g..4 * g + 4];
+                // SAFETY: `x` is four quads, the 16 bytes one unaligned
+                // load reads; the scratch is only written by this thread.
+                #[allow(unsafe_code)]
+                let x = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
+                let x = if LANES_UNSIGNED {
+                    _mm256_cvtepu8_epi16(x)
+                } else {
+                    _mm256_cvtepi8_epi16(x)
+                };
+                for (a, w) in acc.iter_mut().zip(w) {
+                    let w = _mm_set1_epi32(w.get() as i32);
+                    let w = if LANES_UNSIGNED {
+                        _mm256_cvtepi8_epi16(w)
+                    } else {
+                        _mm256_cvtepu8_epi16(w)
+                    };
+                    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(x, w));
+                }
+            }
+            for (o, a) in out.iter_mut().zip(acc) {
+                let mut pairs = [0i32; 8];
+                // SAFETY: `pairs` is 8 i32, the 32 bytes one unaligned
+                // store writes.
+                #[allow(unsafe_code)]
+                unsafe {
+                    _mm256_storeu_si256(pairs.as_mut_ptr().cast(), a)
+                };
+                for t in 0..4 {
+                    o[4 * g + t] = pairs[2 * t].wrapping_add(pairs[2 * t + 1]);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,204 @@
+//! Every instruction set against a plain loop, on random sizes around the
+//! tile and panel edges and on the extreme byte values.
+
+use super::*;
+use alloc::vec::Vec;
+
+/// xorshift64*: reproducible inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    /// A byte, one time in two one of the extremes (0, 255, 0x80, 0x7f:
+    /// u8 0/255, i8 −128/127).
+    fn byte(&mut self) -> u8 {
+        match self.below(8) {
+            0 => 0,
+            1 => 255,
+            2 => 0x80,
+            3 => 0x7f,
+            _ => self.next() as u8,
+        }
+    }
+}
+
+/// A product held as plain matrices: `lanes[j·k + p]`, `rows[i·k + p]`.
+struct Mats<const U: bool> {
+    m: usize,
+    n: usize,
+    k: usize,
+    lanes: Vec<u8>,
+    rows: Vec<u8>,
+}
+
+/// The value a byte stands for on the u8 or the i8 side.
+fn value(b: u8, unsigned: bool) -> i32 {
+    if unsigned {
+        b.into()
+    } else {
+        (b as i8).into()
+    }
+}
+
+impl<const U: bool> Operands for Mats<U> {
+    const LANES_UNSIGNED: bool = U;
+    fn depth(&self) -> usize {
+        self.k
+    }
+    fn rows(&self) -> usize {
+        self.m
+    }
+    fn lanes(&self) -> usize {
+        self.n
+    }
+    fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        let mut sums = [0; NR];
+        for (q, quads) in panel.chunks_exact(NR).enumerate() {
+            for (l, cell) in quads.iter().enumerate() {
+                let bytes: [u8; 4] = core::array::from_fn(|t| {
+                    let (j, p) = (j0 + l, 4 * q + t);
+                    if j < self.n && p < self.k {
+                        self.lanes[j * self.k + p]
+                    } else {
+                        0
+                    }
+                });
+                for b in bytes {
+                    sums[l] += value(b, U);
+                }
+                cell.set(u32::from_le_bytes(bytes));
+            }
+        }
+        sums
+    }
+    fn pack_rows(&self, i0: usize, rows: &[Cell<u32>]) -> [i32; MR] {
+        let mut sums = [0; MR];
+        for (q, quads) in rows.chunks_exact(MR).enumerate() {
+            for (r, cell) in quads.iter().enumerate() {
+                let bytes: [u8; 4] = core::array::from_fn(|t| {
+                    let (i, p) = (i0 + r, 4 * q + t);
+                    if i < self.m && p < self.k {
+                        self.rows[i * self.k + p]
+                    } else {
+                        0
+                    }
+                });
+                for b in bytes {
+                    sums[r] += value(b, !U);
+                }
+                cell.set(u32::from_le_bytes(bytes));
+            }
+        }
+        sums
+    }
+}
+
+/// Runs `ops` on `isa` with `nb` panels per block over all panels and
+/// checks every element and sum against plain loops.
+fn check<const U: bool>(ops: &Mats<U>, isa: Isa, nb: usize) {
+    let quads = scratch_quads(ops.k, nb);
+    let scratch: Vec<Cell<u32>> = (0..quads).map(|_| Cell::new(0xdead_beef)).collect();
+    assert_eq!(panels_per_block(ops.k, quads), nb);
+    let mut got = alloc::vec![None; ops.m * ops.n];
+    let panels = ops.n.div_ceil(NR);
+    product(isa, ops, &scratch, 0..panels, |d| {
+        for (r, row) in d.raw.iter().enumerate() {
+            for (l, &raw) in row.iter().enumerate() {
+                let (i, j) = (d.i0 + r, d.j0 + l);
+                if i < ops.m && j < ops.n {
+                    assert!(got[i * ops.n + j].is_none(), "({i}, {j}) twice");
+                    got[i * ops.n + j] = Some((raw, d.lane_sums[l], d.row_sums[r]));
+                }
+            }
+        }
+    });
+    for i in 0..ops.m {
+        for j in 0..ops.n {
+            let (x, w) = (
+                &ops.lanes[j * ops.k..][..ops.k],
+                &ops.rows[i * ops.k..][..ops.k],
+            );
+            let raw = x.iter().zip(w).fold(0i32, |s, (&x, &w)| {
+                s.wrapping_add(value(x, U) * value(w, !U))
+            });
+            let lane: i32 = x.iter().map(|&x| value(x, U)).sum();
+            let row: i32 = w.iter().map(|&w| value(w, !U)).sum();
+            assert_eq!(
+                got[i * ops.n + j],
+                Some((raw, lane, row)),
+                "{isa:?}, lanes unsigned {U}, {}x{}x{} at ({i}, {j}), {nb} panels per block",
+                ops.m,
+                ops.n,
+                ops.k
+            );
+        }
+    }
+}
+
+fn random<const U: bool>(rng: &mut Rng, m: usize, n: usize, k: usize) -> Mats<U> {
+    Mats {
+        m,
+        n,
+        k,
+        lanes: (0..n * k).map(|_| rng.byte()).collect(),
+        rows: (0..m * k).map(|_| rng.byte()).collect(),
+    }
+}
+
+#[test]
+fn every_instruction_set_gives_the_plain_sums() {
+    let mut rng = Rng(0x5eed_1234);
+    // Edges: k below, at and above a quad and a multiple of it; m and n
+    // below, at and above a tile and a block of panels.
+    let mut sizes = alloc::vec![(1, 1, 1), (4, 16, 4), (5, 17, 5), (3, 65, 9), (9, 70, 131)];
+    for _ in 0..40 {
+        sizes.push((1 + rng.below(13), 1 + rng.below(90), 1 + rng.below(300)));
+    }
+    for &(m, n, k) in &sizes {
+        let unsigned_lanes = random::<true>(&mut rng, m, n, k);
+        let signed_lanes = random::<false>(&mut rng, m, n, k);
+        for isa in Isa::all_available() {
+            for nb in 1..=NB {
+                check(&unsigned_lanes, isa, nb);
+                check(&signed_lanes, isa, nb);
+            }
+        }
+    }
+}
+
+/// The largest products of each sign, deep enough to wrap the i32 sum:
+/// every kernel wraps it the same way.
+#[test]
+fn extreme_values_wrap_alike() {
+    let k = 70_000;
+    for (lane, row) in [(255u8, 0x80u8), (255, 0x7f), (0x80, 255), (0x7f, 255)] {
+        for isa in Isa::all_available() {
+            let ops = Mats::<true> {
+                m: 2,
+                n: 3,
+                k,
+                lanes: alloc::vec![lane; 3 * k],
+                rows: alloc::vec![row; 2 * k],
+            };
+            check(&ops, isa, 1);
+            let ops = Mats::<false> {
+                m: 2,
+                n: 3,
+                k,
+                lanes: alloc::vec![lane; 3 * k],
+                rows: alloc::vec![row; 2 * k],
+            };
+            check(&ops, isa, 1);
+        }
+    }
+}
