@@ -22,16 +22,7 @@ fn fill_inputs(bundle: &Bundle, session: &mut Session<'_>) {
 fn outputs(bundle: &Bundle, session: &mut Session<'_>) -> Vec<Vec<u8>> {
     fill_inputs(bundle, session);
     session.run().unwrap();
-    bundle
-        .outputs()
-        .map(|t| {
-            session
-                .arena()
-                .tensor_bytes(bundle, &t.id)
-                .unwrap()
-                .to_vec()
-        })
-        .collect()
+    common::output_bytes(bundle, &session)
 }
 
 /// 64-aligned zeroed buffers of the given sizes.

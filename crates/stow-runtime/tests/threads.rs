@@ -18,16 +18,7 @@ fn outputs(bundle: &Bundle, threads: usize) -> Vec<Vec<u8>> {
         }
     }
     session.run().unwrap();
-    bundle
-        .outputs()
-        .map(|t| {
-            session
-                .arena()
-                .tensor_bytes(bundle, &t.id)
-                .unwrap()
-                .to_vec()
-        })
-        .collect()
+    common::output_bytes(bundle, &session)
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Shared test helpers: write bundles to temporary files, and compile
-//! testdata models with the `stow` binary.
+//! Shared test helpers: write bundles to temporary files, compile
+//! testdata models with the `stow` binary, read a run's outputs.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -77,4 +77,21 @@ pub fn compile_with(stow: &Path, model: &str, dir: &Path, flags: &[&str]) -> Pat
         String::from_utf8_lossy(&o.stderr)
     );
     out
+}
+
+/// Every output's bytes as the last run of `session` left them.
+pub fn output_bytes(
+    bundle: &stow_runtime::Bundle,
+    session: &stow_runtime::Session<'_>,
+) -> Vec<Vec<u8>> {
+    bundle
+        .outputs()
+        .map(|t| {
+            session
+                .arena()
+                .tensor_bytes(bundle, &t.id)
+                .unwrap()
+                .to_vec()
+        })
+        .collect()
 }
