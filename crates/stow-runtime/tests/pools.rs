@@ -22,7 +22,7 @@ fn fill_inputs(bundle: &Bundle, session: &mut Session<'_>) {
 fn outputs(bundle: &Bundle, session: &mut Session<'_>) -> Vec<Vec<u8>> {
     fill_inputs(bundle, session);
     session.run().unwrap();
-    common::output_bytes(bundle, &session)
+    common::output_bytes(bundle, session)
 }
 
 /// 64-aligned zeroed buffers of the given sizes.
