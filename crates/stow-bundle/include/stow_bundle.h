@@ -23,7 +23,12 @@
 /* Header flag: the arena is split into memory pools listed in a POOLS
  * section; pool 0 is the header's arena (arena_bytes, arena_align). */
 #define STOW_FLAG_POOLS 1u
-#define STOW_KNOWN_FLAGS STOW_FLAG_POOLS
+/* Header flag: some operators (those with the attribute "stow.packed") read
+ * their weight operand in their kernel's panel layout instead of row-major;
+ * the weight's record (shape, size) is unchanged, its bytes are permuted
+ * (docs/FORMAT.md, "Packed weights"). */
+#define STOW_FLAG_PACKED 2u
+#define STOW_KNOWN_FLAGS (STOW_FLAG_POOLS | STOW_FLAG_PACKED)
 #define STOW_HEADER_LEN 64u
 #define STOW_SECTION_ENTRY_LEN 32u
 #define STOW_TENSOR_RECORD_LEN 64u

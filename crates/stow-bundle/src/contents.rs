@@ -199,6 +199,35 @@ impl Contents {
     pub fn pool_count(&self) -> usize {
         self.pools.len().max(1)
     }
+
+    /// The operator that reads weight `tensor` stored packed (its input 1,
+    /// with [`PACKED_ATTR`](crate::format::PACKED_ATTR)) and its depth
+    /// block, or `None` for a weight stored row-major.
+    pub fn packed_reader(&self, tensor: u32) -> Option<(&Op, i64)> {
+        self.ops.iter().find_map(|op| {
+            let kc = op.attributes.iter().find_map(|(name, a)| match a {
+                AttrValue::Int(kc) if name == crate::format::PACKED_ATTR => Some(*kc),
+                _ => None,
+            })?;
+            (op.inputs.get(1) == Some(&tensor)).then_some((op, kc))
+        })
+    }
+
+    /// The header flags these contents need: [`FLAG_POOLS`] with pools,
+    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`].
+    ///
+    /// [`FLAG_POOLS`]: crate::format::FLAG_POOLS
+    /// [`FLAG_PACKED`]: crate::format::FLAG_PACKED
+    /// [`PACKED_ATTR`]: crate::format::PACKED_ATTR
+    pub fn flags(&self) -> u32 {
+        use crate::format::{FLAG_PACKED, FLAG_POOLS, PACKED_ATTR};
+        let pools = if self.pools.is_empty() { 0 } else { FLAG_POOLS };
+        let packed = self
+            .ops
+            .iter()
+            .any(|op| op.attributes.iter().any(|(name, _)| name == PACKED_ATTR));
+        pools | if packed { FLAG_PACKED } else { 0 }
+    }
 }
 
 impl DType {

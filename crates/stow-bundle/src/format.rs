@@ -27,8 +27,17 @@ pub const VERSION: u32 = 1;
 /// bits of `region`. Old readers reject the flag rather than misplace
 /// tensors of different pools in one arena.
 pub const FLAG_POOLS: u32 = 1;
+/// Header flag: some operators read a weight stored in their kernel's
+/// panel layout rather than row-major (each such operator carries the
+/// attribute [`PACKED_ATTR`]). Old readers reject the flag rather than
+/// run a kernel over weights in an order it does not expect.
+pub const FLAG_PACKED: u32 = 2;
 /// Flags this version understands: any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = FLAG_POOLS;
+pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED;
+/// The operator attribute (int: the depth block) marking a product or
+/// convolution whose weight operand (input 1) is stored packed; the
+/// layout is in docs/FORMAT.md, "Packed weights".
+pub const PACKED_ATTR: &str = "stow.packed";
 /// Size of one [`PoolRecord`].
 pub const POOL_RECORD_LEN: usize = 32;
 /// Most pools a bundle may declare (a fixed bound, so that a runtime can

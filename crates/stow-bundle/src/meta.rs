@@ -195,6 +195,15 @@ pub(crate) fn decode(
         },
         pools,
     };
+    // The pools flag was matched with the POOLS section before.
+    let packed = contents.flags() & crate::format::FLAG_PACKED;
+    if packed != header.flags & crate::format::FLAG_PACKED {
+        return Err(BundleError::MetadataVsHeader {
+            field: "flags (packed weights)",
+            metadata: packed.into(),
+            header: (header.flags & crate::format::FLAG_PACKED).into(),
+        });
+    }
     check_refs(&contents)?;
     Ok(contents)
 }

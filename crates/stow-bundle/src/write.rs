@@ -6,8 +6,8 @@ use crate::checksum::crc32;
 use crate::contents::{Contents, Region};
 use crate::error::BundleError;
 use crate::format::{
-    kind, Header, SectionEntry, FLAG_POOLS, HEADER_LEN, MAGIC, MAX_ITEMS, SECTION_ENTRY_LEN,
-    VERSION, WEIGHT_ALIGN,
+    kind, Header, SectionEntry, HEADER_LEN, MAGIC, MAX_ITEMS, SECTION_ENTRY_LEN, VERSION,
+    WEIGHT_ALIGN,
 };
 use crate::read::BundleView;
 use crate::{header, meta, pools, records};
@@ -159,7 +159,7 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
     let header = Header {
         magic: MAGIC,
         version: VERSION,
-        flags: if c.pools.is_empty() { 0 } else { FLAG_POOLS },
+        flags: c.flags(),
         file_len: 0,
         section_count: 0,
         header_crc: 0,

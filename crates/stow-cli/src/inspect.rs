@@ -127,6 +127,8 @@ pub fn json(bundle: &Bundle) -> Value {
                 "alias_of": t.alias_of.and_then(|(_, of)| name_of(of)),
                 "alias_kind": t.alias_of.map(|(k, _)| alias_kind_name(k)),
                 "pool": t.pool,
+                "packed_for": c.packed_reader(id as u32).map(|(op, _)| op.name.clone()),
+                "packed_depth_block": c.packed_reader(id as u32).map(|(_, kc)| kc),
             })
         })
         .collect();
@@ -153,6 +155,7 @@ pub fn json(bundle: &Bundle) -> Value {
         .collect();
     json!({
         "format_version": bundle.header().version,
+        "flags": bundle.header().flags,
         "file_bytes": bundle.header().file_len,
         "arena_bytes": c.arena_bytes,
         "arena_align": c.arena_align,

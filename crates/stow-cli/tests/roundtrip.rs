@@ -66,8 +66,11 @@ fn bundle_records_match_plan_and_weights_match_model() {
             },
         )
         .unwrap();
-        // What `stow compile` plans by default: kernel scratch for 1 thread.
+        // What `stow compile` plans by default: packed weights and kernel
+        // scratch for 1 thread.
+        stow_compile::packing::mark_packed_weights(&mut graph).unwrap();
         stow_compile::plan_scratch(&mut graph, 1).unwrap();
+        let layouts = stow_compile::packing::packed_layouts(&graph).unwrap();
         let (problem, buffer_of) = graph.problem(64);
         let expected = plan(
             &problem,
@@ -107,14 +110,19 @@ fn bundle_records_match_plan_and_weights_match_model() {
             if c.tensors[tid].region != Region::Weights {
                 continue;
             }
-            let stored = bundle.weight_bytes(tid as u32).unwrap();
-            assert_eq!(stored, graph.weight_bytes(tid).unwrap(), "{}", info.name);
+            let in_file = bundle.weight_bytes(tid as u32).unwrap();
             assert_eq!(
-                stored.as_ptr() as usize % 64,
+                in_file.as_ptr() as usize % 64,
                 0,
                 "{} is not 64-aligned in the mapping",
                 info.name
             );
+            // A packed weight is the model's weight permuted.
+            let unpacked = layouts[tid]
+                .as_ref()
+                .map(|layout| stow_compile::packing::unpacked_bytes(in_file, layout).unwrap());
+            let stored = unpacked.as_deref().unwrap_or(in_file);
+            assert_eq!(stored, graph.weight_bytes(tid).unwrap(), "{}", info.name);
             // tract keeps an initializer's name, sometimes with a `.N` suffix,
             // when it stores the value unchanged.
             let base = info

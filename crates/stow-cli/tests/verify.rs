@@ -76,8 +76,19 @@ fn overlapping_tensor_is_caught_and_named() {
 
 #[test]
 fn corrupted_weight_byte_is_caught_and_named() {
+    corrupted_weight_is_caught("mlp.onnx", false);
+}
+
+/// A packed weight is unpacked before it is compared with the model's, so
+/// a flipped byte in it is caught and named too.
+#[test]
+fn corrupted_packed_weight_byte_is_caught_and_named() {
+    corrupted_weight_is_caught("transformer_block.onnx", true);
+}
+
+fn corrupted_weight_is_caught(model: &str, packed: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let model = testdata("mlp.onnx");
+    let model = testdata(model);
     let out = dir.path().join("bad.stow");
     compile_and_inspect(&model, &out, &[]);
     let mut bytes = std::fs::read(&out).unwrap();
@@ -88,7 +99,10 @@ fn corrupted_weight_byte_is_caught_and_named() {
             .tensors
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.region == Region::Weights)
+            .filter(|(id, t)| {
+                t.region == Region::Weights
+                    && view.contents().packed_reader(*id as u32).is_some() == packed
+            })
             .max_by_key(|(_, t)| t.size)
             .unwrap();
         let start =

@@ -1,6 +1,7 @@
 //! Turning a planned model into bundle contents, and the kernel scratch
 //! pass that runs before planning.
 
+use std::borrow::Cow;
 use stow_bundle::{
     AliasKind, AttrValue, Contents, DType, MemoryPool, Op, Provenance, Region, Tensor, TensorKind,
 };
@@ -47,6 +48,13 @@ pub enum ContentsError {
         /// The tensor's name.
         tensor: String,
     },
+    /// A weight marked to be stored packed does not match its layout (a
+    /// graph edited after marking).
+    #[error("weight `{tensor}` cannot be stored in its kernel's panel layout")]
+    Unpackable {
+        /// The weight's name.
+        tensor: String,
+    },
 }
 
 /// A model graph with its arena plan: everything a bundle is made of.
@@ -90,7 +98,7 @@ pub fn dtype_of(name: &str) -> Option<DType> {
     })
 }
 
-fn tensor_dtype(t: &stow_onnx::TensorInfo) -> Result<DType, ContentsError> {
+pub(crate) fn tensor_dtype(t: &stow_onnx::TensorInfo) -> Result<DType, ContentsError> {
     dtype_of(t.dtype).ok_or_else(|| ContentsError::UnsupportedType {
         tensor: t.name.clone(),
         dtype: t.dtype.to_string(),
@@ -109,7 +117,7 @@ fn attr_value(a: &stow_onnx::Attr) -> AttrValue {
 /// The bundle's record of `op`. A planned scratch tensor follows the
 /// outputs (the `stow.scratch` attribute says it is there). Ids above
 /// `u32::MAX` wrap; the writer refuses graphs that large anyway.
-fn bundle_op(op: &OpInfo) -> Op {
+pub(crate) fn bundle_op(op: &OpInfo) -> Op {
     Op {
         name: op.name.clone(),
         op_type: op.op_type.clone(),
@@ -199,14 +207,21 @@ pub fn plan_scratch(
                 &operands(&op.outputs)?,
             ))
         };
-        let mut wanted = floats(graph)?;
-        if wanted == 0 {
-            continue;
-        }
         let align = crate::options::DEFAULT_ALIGN;
         let threads64 = u64::from(threads.max(1));
         let room = free.get(step).copied().unwrap_or(0) / align * align;
         let budget = room / (4 * threads64);
+        // A packed weight's depth block is the one its row-major kernel
+        // would take within this budget.
+        crate::packing::fit_depth_block(
+            graph,
+            step,
+            usize::try_from(budget).unwrap_or(usize::MAX),
+        )?;
+        let mut wanted = floats(graph)?;
+        if wanted == 0 {
+            continue;
+        }
         if wanted as u64 > budget {
             let op = &mut graph.ops[step];
             op.attributes.push((
@@ -235,15 +250,18 @@ pub fn plan_scratch(
     Ok(above)
 }
 
+/// Per tensor, the bytes the bundle stores for it: a weight's (packed
+/// weights are owned copies), empty for arena tensors.
+pub type Weights<'g> = Vec<Cow<'g, [u8]>>;
+
 /// Bundle contents and, per tensor, its weight bytes (empty for arena
 /// tensors), ready for [`stow_bundle::to_bytes`]. Arena tensors sit at
 /// their buffer's planned offset plus their offset inside it.
-pub fn bundle_contents<'g>(
-    p: &PlannedModel<'g>,
-) -> Result<(Contents, Vec<&'g [u8]>), ContentsError> {
+pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g>), ContentsError> {
     let g = p.graph;
     let mut tensors = Vec::with_capacity(g.tensors.len());
-    let mut weights: Vec<&'g [u8]> = Vec::with_capacity(g.tensors.len());
+    let mut weights: Vec<Cow<'g, [u8]>> = Vec::with_capacity(g.tensors.len());
+    let layouts = crate::packing::packed_layouts(g)?;
     for (id, t) in g.tensors.iter().enumerate() {
         let (kind, region) = match t.role {
             TensorRole::Input => (TensorKind::Input, Region::Arena),
@@ -271,9 +289,14 @@ pub fn bundle_contents<'g>(
             _ => 0,
         };
         weights.push(if region == Region::Weights {
-            g.weight_bytes(id).unwrap_or(&[])
+            let raw = g.weight_bytes(id).unwrap_or(&[]);
+            crate::packing::stored_bytes(raw, layouts.get(id).and_then(Option::as_ref)).ok_or_else(
+                || ContentsError::Unpackable {
+                    tensor: t.name.clone(),
+                },
+            )?
         } else {
-            &[]
+            Cow::Borrowed(&[])
         });
         tensors.push(Tensor {
             name: t.name.clone(),

@@ -37,6 +37,7 @@ mod compare;
 mod contents;
 mod error;
 mod options;
+pub mod packing;
 mod pipeline;
 pub mod pools;
 mod report;
@@ -44,6 +45,7 @@ mod report;
 pub use compare::{compare, Comparison, Outcome};
 pub use contents::{
     bundle_contents, dtype_of, plan_scratch, ContentsError, PlannedModel, ScratchAboveBound,
+    Weights,
 };
 pub use error::CompileError;
 pub use options::{CompileOptions, DEFAULT_ALIGN, DEFAULT_MAX_ARENA, DEFAULT_THREADS};

@@ -49,6 +49,12 @@ pub struct CompileOptions {
     /// (for runtimes with kernels of their own). Default
     /// [`DEFAULT_THREADS`] (1).
     pub threads: u32,
+    /// Store each convolution's and matrix product's weight in the panel
+    /// layout the Stowage runtime's kernel reads (docs/FORMAT.md, "Packed
+    /// weights"), so no run packs it again. Applies only with kernel
+    /// scratch (`threads` ≥ 1): a bundle for runtimes with kernels of
+    /// their own keeps row-major weights. Default: true.
+    pub pack_weights: bool,
     /// Refuse any arena tensor, and any planned arena, larger than this
     /// many bytes. Default [`DEFAULT_MAX_ARENA`] (16 GiB).
     pub max_arena: u64,
@@ -78,6 +84,7 @@ impl Default for CompileOptions {
             reuse: ReuseOptions::default(),
             plan: PlanOptions::default(),
             align: DEFAULT_ALIGN,
+            pack_weights: true,
             threads: DEFAULT_THREADS,
             max_arena: DEFAULT_MAX_ARENA,
             compare: false,

@@ -120,6 +120,14 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         source,
     })?;
     let scratch_above_bound = if options.threads > 0 {
+        if options.pack_weights {
+            crate::packing::mark_packed_weights(&mut graph).map_err(|source| {
+                CompileError::Scratch {
+                    path: path(),
+                    source,
+                }
+            })?;
+        }
         plan_scratch(&mut graph, options.threads).map_err(|source| CompileError::Scratch {
             path: path(),
             source,
@@ -226,6 +234,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             path: path(),
             source,
         })?;
+    let weights: Vec<&[u8]> = weights.iter().map(|w| w.as_ref()).collect();
     let bytes = stow_bundle::to_bytes(&contents, &weights)
         .map_err(|source| CompileError::Encode { source })?;
     drop(weights);

@@ -3,7 +3,8 @@
 //! measured with a loop of independent fused multiply-adds on registers
 //! only; then the GFLOP/s of `gemm` on square products and of `conv` on
 //! the convolution shapes of resnet50 and mobilenet_v2, one thread,
-//! scratch as the compiler plans it. Each figure is the best of REPEAT
+//! scratch as the compiler plans it, and again with the kernel packed
+//! ahead of time as a bundle with packed weights stores it. Each figure is the best of REPEAT
 //! runs (default 20) after one warm-up.
 //!
 //!     cargo run --release -p stow-runtime --example kernel_gflops [REPEAT] [FILTER]
@@ -17,6 +18,7 @@ use stow_runtime::kernels::cells::Src;
 use stow_runtime::kernels::gemm::{self, Dst, Strided};
 use stow_runtime::kernels::linalg::{conv, ConvShape};
 use stow_runtime::kernels::nn::Window;
+use stow_runtime::kernels::prepacked::{self, Panels, Side};
 
 /// Best seconds of `repeat` runs of `f`, after one warm-up.
 fn best(repeat: usize, mut f: impl FnMut()) -> f64 {
@@ -117,7 +119,7 @@ struct Case {
     groups: usize,
 }
 
-fn conv_gflops(case: &Case, repeat: usize) -> f64 {
+fn conv_gflops(case: &Case, repeat: usize, packed: bool) -> f64 {
     let pad = case.kernel / 2;
     let out = (case.size + 2 * pad - case.kernel) / case.stride + 1;
     let window = Window {
@@ -144,10 +146,32 @@ fn conv_gflops(case: &Case, repeat: usize) -> f64 {
     let w: Vec<f32> = cells(case.c_out * s.k(), 6).iter().map(Cell::get).collect();
     let bias: Vec<f32> = cells(case.c_out, 7).iter().map(Cell::get).collect();
     let y = cells(case.c_out * out * out, 8);
-    let scratch = cells(s.scratch_elems(), 9);
+    // The kernel packed as the compiler stores it.
+    let panels = (packed && !s.depthwise()).then(|| {
+        Panels {
+            side: Side::Left,
+            matrices: s.groups,
+            rows: s.out_per_group,
+            depth: s.k(),
+            strides: [s.out_per_group * s.k(), s.k(), 1],
+            kc: 0,
+        }
+        .with_depth_block(gemm::KC)
+    });
+    let w = match &panels {
+        Some(p) => p.pack(&w).expect("a dense kernel"),
+        None => w,
+    };
+    let scratch = cells(
+        panels
+            .as_ref()
+            .map_or(s.scratch_elems(), |p| prepacked::scratch_elems(p, s.n())),
+        9,
+    );
     let secs = best(repeat, || {
         conv(
             &s,
+            panels.as_ref(),
             Src::Weight(&x),
             Src::Weight(&w),
             Some(Src::Weight(&bias)),
@@ -267,7 +291,11 @@ fn main() {
         },
     ];
     for case in cases.iter().filter(|c| c.name.contains(&filter)) {
-        let g = conv_gflops(case, repeat);
+        let g = conv_gflops(case, repeat, false);
         println!("{:<34} {g:>9.1} {:>8}", case.name, share(g));
+        if case.groups < case.c_in {
+            let g = conv_gflops(case, repeat, true);
+            println!("{:<34} {g:>9.1} {:>8}", "  kernel packed ahead", share(g));
+        }
     }
 }

@@ -66,7 +66,13 @@ fn c_inspect_matches_stow_inspect() {
         assert!(c_rows.len() > 3, "{model}: no tensor rows:\n{c_out}");
         assert_eq!(c_rows.len(), r_rows.len(), "{model}: row count");
         for (c, r) in c_rows.iter().zip(&r_rows) {
-            assert_eq!(c, r, "{model}: tensor row differs");
+            // Which operator reads a weight packed is in the protobuf
+            // metadata, which the C reader does not decode.
+            let r = match r.find("packed for ") {
+                Some(at) => &r[..at],
+                None => r,
+            };
+            assert_eq!(*c, r, "{model}: tensor row differs");
         }
     }
     // A damaged bundle is rejected, not printed.

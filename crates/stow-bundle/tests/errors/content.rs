@@ -198,6 +198,31 @@ pub fn metadata_vs_header() -> Vec<BundleError> {
                 ..
             }
         ),
+        // The packed-weights flag without an operator reading a packed
+        // weight, and such an operator without the flag.
+        expect!(
+            err(&with_header(|h| h.flags = stow_bundle::format::FLAG_PACKED)),
+            BundleError::MetadataVsHeader {
+                field: "flags (packed weights)",
+                metadata: 0,
+                header: 2
+            }
+        ),
+        expect!(
+            err(&with_meta(|m| m.ops[0].attributes.push(
+                stow_bundle::proto::AttributeMeta {
+                    name: stow_bundle::format::PACKED_ATTR.into(),
+                    kind: 1,
+                    ints: vec![16],
+                    ..Default::default()
+                }
+            ))),
+            BundleError::MetadataVsHeader {
+                field: "flags (packed weights)",
+                metadata: 2,
+                header: 0
+            }
+        ),
     ]
 }
 

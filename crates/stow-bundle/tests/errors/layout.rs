@@ -61,7 +61,7 @@ pub fn unsupported_version() -> Vec<BundleError> {
 pub fn unknown_flags() -> Vec<BundleError> {
     vec![expect!(
         err(&with_header(|h| h.flags = 4)),
-        BundleError::UnknownFlags { flags: 4, known: 1 }
+        BundleError::UnknownFlags { flags: 4, known: 3 }
     )]
 }
 

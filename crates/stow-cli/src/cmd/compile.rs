@@ -33,6 +33,12 @@ pub struct Args {
     /// runtimes with kernels of their own).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: u32,
+    /// Keep convolution and product weights row-major instead of storing
+    /// them in the panel layout the Stowage runtime's kernels read
+    /// (packed weights save every run from packing them; they are only
+    /// stored with --threads 1 or more).
+    #[arg(long)]
+    pub no_pack_weights: bool,
     #[command(flatten)]
     pub plan: PlanArgs,
     /// Alignment of every arena offset in bytes (a power of two).
@@ -123,6 +129,7 @@ pub fn run(args: Args) -> Result<()> {
         plan: args.plan.options(),
         align: args.align,
         threads: args.threads,
+        pack_weights: !args.no_pack_weights,
         max_arena: args.max_arena,
         compare: args.compare,
         pools: args

@@ -45,6 +45,27 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
     })
 }
 
+/// The names of the header's flags, e.g. ` (pools, packed weights)`.
+fn flag_names(flags: u32) -> String {
+    use stow_bundle::format::{FLAG_PACKED, FLAG_POOLS};
+    let names: Vec<&str> = [(FLAG_POOLS, "pools"), (FLAG_PACKED, "packed weights")]
+        .iter()
+        .filter(|(bit, _)| flags & bit != 0)
+        .map(|&(_, name)| name)
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", names.join(", "))
+    }
+}
+
+/// For a weight stored packed: which operator reads it so.
+fn packed_text(c: &Contents, id: u32) -> Option<String> {
+    let (op, kc) = c.packed_reader(id)?;
+    Some(format!("packed for {} (depth block {kc})", op.name))
+}
+
 /// The name of a tensor's pool (`-` for weights, `arena` without pools).
 fn pool_name(c: &Contents, t: &Tensor) -> String {
     match (t.region, c.pools.get(t.pool as usize)) {
@@ -129,9 +150,10 @@ pub fn run(args: Args) -> Result<()> {
     say!(text, "bundle {}", args.bundle.display());
     say!(
         text,
-        "  format version {}, flags {:#x}, {}",
+        "  format version {}, flags {:#x}{}, {}",
         h.version,
         h.flags,
+        flag_names(h.flags),
         human_bytes(h.file_len)
     );
     say!(
@@ -264,7 +286,9 @@ pub fn run(args: Args) -> Result<()> {
             steps(t.first_step),
             steps(t.last_step),
             pool_cell(&pool_name(c, t)),
-            alias_text(c, t).unwrap_or_default()
+            alias_text(c, t)
+                .or_else(|| packed_text(c, id as u32))
+                .unwrap_or_default()
         );
     }
     crate::cmd::emit(&text);

@@ -139,7 +139,12 @@ pub fn run(args: Args) -> Result<()> {
         .map(stow_runtime::kernels::planned_scratch_threads)
         .max()
         .unwrap_or(0);
+    let packed = bundle.contents().flags() & stow_bundle::format::FLAG_PACKED != 0;
     if threads > 0 {
+        if packed {
+            stow_compile::packing::mark_packed_weights(&mut graph)
+                .with_context(|| format!("loading {}", args.model.display()))?;
+        }
         stow_compile::plan_scratch(&mut graph, threads as u32)
             .with_context(|| format!("loading {}", args.model.display()))?;
     }
@@ -159,7 +164,32 @@ pub fn run(args: Args) -> Result<()> {
         Some(dir) => stow_onnx::read_input_dir(&graph, dir)?,
         None => stow_onnx::random_inputs(&graph, args.seed)?,
     };
-    let weight = |id: usize| bundle.weight_bytes(id as u32);
+    // Weights stored packed are compared, and run by tract, in the
+    // model's row-major order.
+    let mut unpacked = std::collections::HashMap::new();
+    for (id, layout) in stow_compile::packing::packed_layouts(&graph)?
+        .iter()
+        .enumerate()
+    {
+        let Some(layout) = layout else { continue };
+        let bytes = bundle
+            .weight_bytes(id as u32)
+            .and_then(|stored| stow_compile::packing::unpacked_bytes(stored, layout))
+            .with_context(|| {
+                format!(
+                    "{}: packed weight `{}` does not have its layout's size",
+                    args.bundle.display(),
+                    graph.tensors[id].name
+                )
+            })?;
+        unpacked.insert(id, bytes);
+    }
+    let weight = |id: usize| {
+        unpacked
+            .get(&id)
+            .map(Vec::as_slice)
+            .or_else(|| bundle.weight_bytes(id as u32))
+    };
     let layout = ArenaLayout {
         arena_bytes,
         offsets,

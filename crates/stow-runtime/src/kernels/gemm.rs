@@ -29,7 +29,7 @@ pub const MC: usize = 72;
 /// bounds what a product adds to it.
 pub const NC: usize = 256;
 
-fn round_up(x: usize, to: usize) -> usize {
+pub(crate) fn round_up(x: usize, to: usize) -> usize {
     x.div_ceil(to) * to
 }
 
@@ -51,14 +51,14 @@ pub fn scratch_elems(m: usize, n: usize, k: usize) -> usize {
 }
 
 /// Shallowest depth block the product drops to when its scratch is short.
-const KC_MIN: usize = 16;
+pub(crate) const KC_MIN: usize = 16;
 
 /// Floats of the smallest blocking: one `MR`-row panel of A and one
 /// `NR`-column panel of B, `KC_MIN` deep (1,408 bytes). A product given
 /// less scratch than this packs into a buffer of this size on the stack,
 /// so a compiler short of arena may plan any scratch from none to
 /// [`scratch_elems`].
-const STACK_FLOATS: usize = (MR + NR) * KC_MIN;
+pub(crate) const STACK_FLOATS: usize = (MR + NR) * KC_MIN;
 
 /// Block sizes `(mc, nc, kc)` for a product whose packing buffers must fit
 /// in `floats` (at least [`STACK_FLOATS`]): the usual ones when they fit
@@ -73,14 +73,22 @@ fn blocks(m: usize, n: usize, k: usize, floats: usize) -> (usize, usize, usize) 
     if need(mc, nc, kc) <= floats {
         return (mc, nc, kc);
     }
-    let mut kc = kc;
-    while kc > KC_MIN && (MR + NR) * kc > floats {
-        kc = (kc / 2).max(KC_MIN);
-    }
+    let kc = depth_within(k, floats);
     let panels = (floats / kc).max(MR + NR);
     let mc = mc.min((panels - NR) / MR * MR).max(1);
     let nc = nc.min((panels - round_up(mc, MR)) / NR * NR).max(1);
     (mc, nc, kc)
+}
+
+/// The depth block of a product given `floats` of scratch, fewer than
+/// its usual blocks need: the deepest of `min(k, KC)` halved that leaves
+/// room for one panel of each operand, at least `KC_MIN` (or `k`).
+pub fn depth_within(k: usize, floats: usize) -> usize {
+    let mut kc = k.clamp(1, KC);
+    while kc > KC_MIN && (MR + NR) * kc > floats {
+        kc = (kc / 2).max(KC_MIN);
+    }
+    kc
 }
 
 /// A left operand that can copy a block of itself into panels.
@@ -253,34 +261,7 @@ pub fn gemm_cols(
                         let tile = micro_kernel(fma, kc, apanel, bpanel);
                         let rows = MR.min(mc - r0);
                         let cols = NR.min(nc - c0);
-                        if c.rs == 1 && rows == MR {
-                            // C stored by columns (a product written
-                            // transposed): each tile column is one run.
-                            let base = c.offset + (i0 + r0) + (j0 + c0) * c.cs;
-                            for j in 0..cols {
-                                let dst = &c.data[base + j * c.cs..base + j * c.cs + MR];
-                                for (r, cell) in dst.iter().enumerate() {
-                                    cell.set(cell.get() + tile[r][j]);
-                                }
-                            }
-                            continue;
-                        }
-                        for (r, row) in tile.iter().enumerate().take(rows) {
-                            let base = c.offset + (i0 + r0 + r) * c.rs + (j0 + c0) * c.cs;
-                            if c.cs == 1 && cols == NR {
-                                // A whole contiguous row of the tile: one
-                                // bounds check, and the adds vectorise.
-                                let dst = &c.data[base..base + NR];
-                                for (cell, v) in dst.iter().zip(row) {
-                                    cell.set(cell.get() + v);
-                                }
-                                continue;
-                            }
-                            for (j, v) in row.iter().enumerate().take(cols) {
-                                let cell = &c.data[base + j * c.cs];
-                                cell.set(cell.get() + v);
-                            }
-                        }
+                        add_tile(c, &tile, i0 + r0, j0 + c0, rows, cols);
                     }
                 }
             }
@@ -288,13 +269,59 @@ pub fn gemm_cols(
     }
 }
 
+/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`.
 #[inline(always)]
-fn tile_product<const FMA: bool>(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
+pub(crate) fn add_tile(
+    c: &Dst<'_>,
+    tile: &[[f32; NR]; MR],
+    i: usize,
+    j: usize,
+    rows: usize,
+    cols: usize,
+) {
+    if c.rs == 1 && rows == MR {
+        // C stored by columns (a product written transposed): each tile
+        // column is one run.
+        let base = c.offset + i + j * c.cs;
+        for jj in 0..cols {
+            let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
+            for (r, cell) in dst.iter().enumerate() {
+                cell.set(cell.get() + tile[r][jj]);
+            }
+        }
+        return;
+    }
+    for (r, row) in tile.iter().enumerate().take(rows) {
+        let base = c.offset + (i + r) * c.rs + j * c.cs;
+        if c.cs == 1 && cols == NR {
+            // A whole contiguous row of the tile: one bounds check, and
+            // the adds vectorise.
+            let dst = &c.data[base..base + NR];
+            for (cell, v) in dst.iter().zip(row) {
+                cell.set(cell.get() + v);
+            }
+            continue;
+        }
+        for (jj, v) in row.iter().enumerate().take(cols) {
+            let cell = &c.data[base + jj * c.cs];
+            cell.set(cell.get() + v);
+        }
+    }
+}
+
+#[inline(always)]
+fn tile_product<const FMA: bool, A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    a: A,
+    b: B,
+) -> [[f32; NR]; MR] {
     let mut acc = [[0f32; NR]; MR];
-    for (av, bv) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(kc) {
-        let bv: [f32; NR] = core::array::from_fn(|j| bv[j].get());
-        for (row, ai) in acc.iter_mut().zip(av) {
-            let ai = ai.get();
+    let (a, b) = (a.sub(0, kc * MR), b.sub(0, kc * NR));
+    for p in 0..kc {
+        let (av, bv) = (a.sub(p * MR, MR), b.sub(p * NR, NR));
+        let bv: [f32; NR] = core::array::from_fn(|j| bv.load(j));
+        for (r, row) in acc.iter_mut().enumerate() {
+            let ai = av.load(r);
             for (acc, bj) in row.iter_mut().zip(bv) {
                 *acc = if FMA {
                     Float::mul_add(ai, bj, *acc)
@@ -308,30 +335,38 @@ fn tile_product<const FMA: bool>(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) ->
 }
 
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
-fn fma_available() -> bool {
+pub(crate) fn fma_available() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
 // Without std there is no run-time detection: the features the crate is
 // compiled for decide (`-C target-feature=+avx2,+fma`).
 #[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-fn fma_available() -> bool {
+pub(crate) fn fma_available() -> bool {
     cfg!(all(target_feature = "avx2", target_feature = "fma"))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn fma_available() -> bool {
+pub(crate) fn fma_available() -> bool {
     false
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn tile_product_avx2(kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
-    tile_product::<true>(kc, a, b)
+fn tile_product_avx2<A: Load<f32>, B: Load<f32>>(kc: usize, a: A, b: B) -> [[f32; NR]; MR] {
+    tile_product::<true, A, B>(kc, a, b)
 }
 
+/// The `MR × NR` tile of one A panel (`kc × MR`, depth-major) times one B
+/// panel (`kc × NR`), each a packed scratch block or a weight packed at
+/// compile time.
 #[inline(always)]
-fn micro_kernel(fma: bool, kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32; NR]; MR] {
+pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
+    fma: bool,
+    kc: usize,
+    a: A,
+    b: B,
+) -> [[f32; NR]; MR] {
     #[cfg(target_arch = "x86_64")]
     if fma {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
@@ -340,7 +375,7 @@ fn micro_kernel(fma: bool, kc: usize, a: &[Cell<f32>], b: &[Cell<f32>]) -> [[f32
         return unsafe { tile_product_avx2(kc, a, b) };
     }
     let _ = fma;
-    tile_product::<false>(kc, a, b)
+    tile_product::<false, A, B>(kc, a, b)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::cells::{Load, Src};
 use super::gemm::{self, Dst, PackB, Strided, NR};
 use super::nn::Window;
+use super::prepacked::{self, Panels};
 use core::cell::Cell;
 
 /// A convolution's shape: `groups` groups of `out_per_group` output and
@@ -187,6 +188,7 @@ pub(crate) fn fill_bias(
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     s: &ConvShape,
+    packed: Option<&Panels>,
     x: Src<'_, f32>,
     weight: Src<'_, f32>,
     bias: Option<Src<'_, f32>>,
@@ -225,6 +227,29 @@ pub fn conv(
                 rs: n,
                 cs: 1,
             };
+            if let Some(p) = packed {
+                crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
+                    if s.pointwise() {
+                        let b = Strided {
+                            data: xs,
+                            offset: in_base,
+                            rs: n,
+                            cs: 1,
+                            rows: k,
+                            cols: n,
+                        };
+                        prepacked::gemm_left(p, g, wt, n, &b, &dst, scratch, cols.clone())
+                    } else {
+                        let b = Im2col {
+                            data: xs,
+                            base: in_base,
+                            s: *s,
+                        };
+                        prepacked::gemm_left(p, g, wt, n, &b, &dst, scratch, cols.clone())
+                    }
+                }));
+                continue;
+            }
             crate::with_load!(weight, |wt| {
                 let a = Strided {
                     data: wt,
@@ -530,6 +555,7 @@ mod tests {
                 for part in 0..parts {
                     conv(
                         &s,
+                        None,
                         Src::Weight(&x),
                         Src::Weight(&weight),
                         Some(Src::Weight(&bias)),
@@ -546,6 +572,44 @@ mod tests {
                         o.get()
                     );
                 }
+                if s.depthwise() {
+                    continue;
+                }
+                // The kernel packed ahead of time gives the same bytes.
+                let p = Panels {
+                    side: prepacked::Side::Left,
+                    matrices: groups,
+                    rows: opg,
+                    depth: s.k(),
+                    strides: [opg * s.k(), s.k(), 1],
+                    kc: 0,
+                }
+                .with_depth_block(gemm::KC);
+                let packed_weight = p.pack(&weight).expect("a permutation");
+                let scratch: Vec<Cell<f32>> = (0..prepacked::scratch_elems(&p, s.n()))
+                    .map(|_| Cell::new(0.0))
+                    .collect();
+                let again: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+                for part in 0..parts {
+                    conv(
+                        &s,
+                        Some(&p),
+                        Src::Weight(&x),
+                        Src::Weight(&packed_weight),
+                        Some(Src::Weight(&bias)),
+                        &again,
+                        &scratch,
+                        part,
+                        parts,
+                    );
+                }
+                let bits =
+                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&again),
+                    bits(&out),
+                    "packed: input {input:?} kernel {kernel:?}"
+                );
             }
         }
     }

@@ -30,11 +30,13 @@ pub mod quant;
 pub mod recurrent;
 pub mod sample;
 
+pub mod prepacked;
 mod prepare;
 mod run;
 
 pub use prepare::{
-    operand, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
+    operand, packable, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR,
+    SCRATCH_BUDGET_ATTR,
 };
 pub use run::{run_part, splits, Failure, Views, MAX_POOLS};
 
@@ -236,6 +238,8 @@ pub struct MatMul {
     pub b: [usize; 2],
     /// C's strides along m and n.
     pub c: [usize; 2],
+    /// B is a weight stored in panels (`stow.packed`).
+    pub packed: Option<prepacked::Panels>,
 }
 
 /// A prepared operator.
@@ -313,8 +317,9 @@ pub enum Kernel {
         /// `storage_order = 1`.
         column_major: bool,
     },
-    /// Convolution.
-    Conv(ConvShape),
+    /// Convolution; its kernel weight in panels when packed at compile
+    /// time (`stow.packed`).
+    Conv(ConvShape, Option<prepacked::Panels>),
     /// Transposed convolution.
     Deconv(ConvShape),
     /// `x < 0 ? alpha·x : x`.

@@ -7,6 +7,7 @@ use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::linalg::ConvShape;
 use super::nn::{self, AroundAxis, Pool, Reducer, Window};
+use super::prepacked::{self, Panels, Side, PACKED_ATTR};
 use super::{gemm, BinOp, Kernel, Loc, MatMul, Operand, Unary};
 use alloc::string::{String, ToString};
 use alloc::{format, vec, vec::Vec};
@@ -171,27 +172,30 @@ pub fn scratch_floats(
     inputs: &[(DType, Vec<u64>)],
     outputs: &[(DType, Vec<u64>)],
 ) -> usize {
-    let operands = |list: &[(DType, Vec<u64>)]| -> Option<Vec<Operand<'static>>> {
-        list.iter()
-            .map(|(dtype, shape)| {
-                let shape: Vec<usize> = shape
-                    .iter()
-                    .map(|&d| usize::try_from(d).ok())
-                    .collect::<Option<_>>()?;
-                Some(Operand {
-                    id: 0,
-                    dtype: *dtype,
-                    len: shape.iter().product(),
-                    shape,
-                    loc: Loc::Arena(0),
-                })
-            })
-            .collect()
-    };
-    match (operands(inputs), operands(outputs)) {
+    match (shaped(inputs), shaped(outputs)) {
         (Some(ins), Some(outs)) => prepare(op, &ins, &outs).map_or(0, |(_, s)| s),
         _ => 0,
     }
+}
+
+/// Operands of these element types and shapes, all at arena offset 0:
+/// enough for setup to size a kernel.
+fn shaped(list: &[(DType, Vec<u64>)]) -> Option<Vec<Operand<'static>>> {
+    list.iter()
+        .map(|(dtype, shape)| {
+            let shape: Vec<usize> = shape
+                .iter()
+                .map(|&d| usize::try_from(d).ok())
+                .collect::<Option<_>>()?;
+            Some(Operand {
+                id: 0,
+                dtype: *dtype,
+                len: shape.iter().product(),
+                shape,
+                loc: Loc::Arena(0),
+            })
+        })
+        .collect()
 }
 
 /// The attribute naming how many threads' scratch the compiler planned
@@ -1215,10 +1219,93 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         want(b.len == 1 || b.len == c_out, || "bias size".into())?;
     }
     if deconv {
+        want(packed_depth(op)?.is_none(), || {
+            "a transposed convolution's kernel cannot be packed".into()
+        })?;
         return Ok((Kernel::Deconv(s), 0));
     }
-    let scratch = budgeted(op, s.scratch_elems());
-    Ok((Kernel::Conv(s), scratch))
+    let Some(kc) = packed_depth(op)? else {
+        let scratch = budgeted(op, s.scratch_elems());
+        return Ok((Kernel::Conv(s, None), scratch));
+    };
+    want(!s.depthwise(), || {
+        "a depthwise convolution's kernel cannot be packed".into()
+    })?;
+    let (m, k) = (s.out_per_group, s.k());
+    let p = Panels {
+        side: Side::Left,
+        matrices: s.groups,
+        rows: m,
+        depth: k,
+        strides: [m * k, k, 1],
+        kc,
+    };
+    let scratch = packed_scratch(op, &p, s.n())?;
+    Ok((Kernel::Conv(s, Some(p)), scratch))
+}
+
+/// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),
+/// or `None` for a weight stored row-major.
+fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
+    match attr(op, PACKED_ATTR) {
+        None => Ok(None),
+        Some(AttrValue::Int(kc)) if *kc >= 1 => Ok(usize::try_from(*kc).ok()),
+        Some(_) => Err(format!("attribute `{PACKED_ATTR}` is not a positive int")),
+    }
+}
+
+/// Scratch of a product whose weight is packed as `p`, with `other`
+/// lines of the other operand; the depth block must be the product's own
+/// and leave room for one panel of the other operand.
+fn packed_scratch(op: &Op, p: &Panels, other: usize) -> Result<usize, String> {
+    want(p.kc <= p.depth.max(1), || {
+        format!(
+            "weight packed with depth block {}, deeper than the product ({})",
+            p.kc, p.depth
+        )
+    })?;
+    let scratch = budgeted(op, prepacked::scratch_elems(p, other));
+    want(prepacked::fits(p, scratch), || {
+        format!(
+            "weight packed with depth block {}, too deep for {scratch} floats of scratch",
+            p.kc
+        )
+    })?;
+    Ok(scratch)
+}
+
+/// The layout in which the compiler may store `op`'s weight operand
+/// (input 1) packed, for operands of these element types and shapes:
+/// `Some` for a convolution that is not depthwise and for a product of
+/// more than one row by a weight shared by every batch position. Its depth
+/// block is [`gemm::KC`] (at most the depth); see
+/// [`gemm::depth_within`] for a kernel short of scratch.
+pub fn packable(
+    op: &Op,
+    inputs: &[(DType, Vec<u64>)],
+    outputs: &[(DType, Vec<u64>)],
+) -> Option<Panels> {
+    let (ins, outs) = (shaped(inputs)?, shaped(outputs)?);
+    let mut trial = op.clone();
+    trial
+        .attributes
+        .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
+    let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
+        Kernel::Conv(s, None) => s.k(),
+        Kernel::MatMul(mm) => mm.mnk[2],
+        _ => return None,
+    };
+    let kc = depth.clamp(1, gemm::KC);
+    trial
+        .attributes
+        .push((PACKED_ATTR.into(), AttrValue::Int(i64::try_from(kc).ok()?)));
+    trial.attributes.sort_by(|a, b| a.0.cmp(&b.0));
+    match prepare(&trial, &ins, &outs).ok()?.0 {
+        Kernel::Conv(_, Some(p)) => Some(p),
+        Kernel::MatMul(mm) => mm.packed,
+        _ => None,
+    }
+    .filter(Panels::is_dense)
 }
 
 /// An EinSum that is not a product of two f32 matrices.
@@ -1317,12 +1404,39 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
         a: [am, ak],
         b: [bk, bn],
         c: [cm, cn],
+        packed: None,
     };
     // One-row products run without packing (`gemv`).
-    let scratch = if mm == 1 {
-        0
-    } else {
-        budgeted(op, gemm::scratch_elems(mm, nn, kk))
+    let Some(kc) = packed_depth(op)? else {
+        let scratch = if mm == 1 {
+            0
+        } else {
+            budgeted(op, gemm::scratch_elems(mm, nn, kk))
+        };
+        return Ok((Kernel::MatMul(mm_), scratch));
     };
-    Ok((Kernel::MatMul(mm_), scratch))
+    // A packed weight is one matrix that every batch position reads, in
+    // a product of more than one row (one row runs unpacked, `gemv`).
+    want(mm > 1 && per(1).iter().all(|&s| s == 0), || {
+        "only a weight shared by a product of several rows is packed".into()
+    })?;
+    want(ins[1].len == kk * nn, || {
+        "the packed weight is not the product's k × n matrix".into()
+    })?;
+    let p = Panels {
+        side: Side::Right,
+        matrices: 1,
+        rows: nn,
+        depth: kk,
+        strides: [0, bn, bk],
+        kc,
+    };
+    let scratch = packed_scratch(op, &p, mm)?;
+    Ok((
+        Kernel::MatMul(MatMul {
+            packed: Some(p),
+            ..mm_
+        }),
+        scratch,
+    ))
 }

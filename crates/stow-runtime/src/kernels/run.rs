@@ -5,8 +5,8 @@ use super::cells::{self, typed, Src};
 use super::float::Float;
 use super::layout::Walk;
 use super::{
-    arith, contract, elementwise, gemm, linalg, movement, nn, quant, recurrent, Kernel, Loc,
-    MatMul, Operand, Step,
+    arith, contract, elementwise, gemm, linalg, movement, nn, prepacked, quant, recurrent, Kernel,
+    Loc, MatMul, Operand, Step,
 };
 use core::cell::Cell;
 use stow_bundle::DType;
@@ -136,7 +136,7 @@ macro_rules! by_float {
 pub fn splits(k: &Kernel) -> bool {
     matches!(
         k,
-        Kernel::Conv(_) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
+        Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
     )
 }
 
@@ -301,13 +301,14 @@ pub fn run_part(
             v.dst(&outs[0])?,
         )
         .map_err(Failure::Index)?,
-        Kernel::Conv(s) => {
+        Kernel::Conv(s, packed) => {
             let bias = match ins.get(2) {
                 Some(b) => Some(v.src(b)?),
                 None => None,
             };
             linalg::conv(
                 s,
+                packed.as_ref(),
                 v.src(&ins[0])?,
                 v.src(&ins[1])?,
                 bias,
@@ -598,6 +599,22 @@ fn matmul(
                     &dst,
                     cols.clone()
                 )));
+                continue;
+            }
+            if let Some(p) = &mm.packed {
+                // A weight shared by every batch position (setup checked
+                // B's batch strides are zero), read from its panels.
+                crate::with_load!(a, |a| crate::with_load!(b, |b| {
+                    let pa = gemm::Strided {
+                        data: a,
+                        offset: oa + j * sa,
+                        rs: mm.a[0],
+                        cs: mm.a[1],
+                        rows: m,
+                        cols: k,
+                    };
+                    prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone())
+                }));
                 continue;
             }
             crate::with_load!(a, |a| crate::with_load!(b, |b| {

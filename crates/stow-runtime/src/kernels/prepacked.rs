@@ -1,0 +1,554 @@
+//! Products whose weight operand the compiler stored already packed.
+//!
+//! A convolution's kernel is the left operand (A) of its product and a
+//! `MatMul`'s weight the right one (B). Packing them into the panels the
+//! micro-kernel reads cost a tenth of resnet50's run time, repeated on
+//! every run, for every block of columns and on every thread. A bundle
+//! compiled with packed weights stores them in that layout once, ahead of
+//! time; the product then reads its panels straight from the mapping.
+//!
+//! The layout ([`Panels`]) is a permutation of the weight's elements, so
+//! the tensor keeps its record (shape and size) and the weight section
+//! stays one copy of every weight. Within a depth block, a panel holding
+//! fewer than `width` rows (the matrix's last) is stored with as many rows
+//! as it has; the kernels widen it on the stack.
+//!
+//! The sums are those of the unpacked product with the same depth block.
+//! The compiler packs with the depth block the unpacked kernel would use
+//! under the same scratch budget ([`gemm::depth_within`]), so a bundle with
+//! packed weights computes bit for bit what one without computes.
+
+use super::cells::Load;
+use super::gemm::{
+    self, add_tile, micro_kernel, round_up, Dst, PackA, PackB, KC, MC, MR, NC, NR, STACK_FLOATS,
+};
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::ops::Range;
+
+pub use stow_bundle::format::PACKED_ATTR;
+
+/// Which operand of its product a packed weight is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The left operand: panels of [`MR`] rows (a convolution's kernel).
+    Left,
+    /// The right operand: panels of [`NR`] columns (a `MatMul` weight).
+    Right,
+}
+
+impl Side {
+    /// Rows (columns for B) per panel.
+    pub fn width(self) -> usize {
+        match self {
+            Side::Left => MR,
+            Side::Right => NR,
+        }
+    }
+
+    /// Panel width of the other operand, which the kernel packs into its
+    /// scratch at run time.
+    pub fn other_width(self) -> usize {
+        match self {
+            Side::Left => NR,
+            Side::Right => MR,
+        }
+    }
+}
+
+/// Where a product's weight matrices sit in the weight tensor and how they
+/// are packed.
+///
+/// The weight holds `matrices` matrices (a grouped convolution's groups)
+/// of `rows` panel-split lines (A's rows, B's columns) by `depth` (the
+/// product's k). In the source (row-major) tensor, element (matrix `g`,
+/// line `r`, depth `d`) is at `g·strides[0] + r·strides[1] + d·strides[2]`.
+/// Packed, depth is cut into blocks of `kc` (the last may be shorter) and
+/// lines into panels of `side.width()`; see [`Panels::index`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Panels {
+    /// Which operand.
+    pub side: Side,
+    /// Matrices, one after another.
+    pub matrices: usize,
+    /// Lines of each matrix split into panels.
+    pub rows: usize,
+    /// Depth of the product.
+    pub depth: usize,
+    /// Source strides: matrix, line, depth.
+    pub strides: [usize; 3],
+    /// Depth block, `1..=depth`.
+    pub kc: usize,
+}
+
+impl Panels {
+    /// The layout with depth block `kc` (clamped to the depth).
+    pub fn with_depth_block(self, kc: usize) -> Panels {
+        Panels {
+            kc: kc.clamp(1, self.depth.max(1)),
+            ..self
+        }
+    }
+
+    /// Elements of the weight.
+    pub fn len(&self) -> usize {
+        self.matrices * self.rows * self.depth
+    }
+
+    /// True for an empty weight.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Packed position of element (matrix `g`, line `r`, depth `d`):
+    /// matrices one after another; in each, depth blocks one after
+    /// another; in a block, panels of `width` lines one after another; in
+    /// a panel, depth-major (`d`, then the panel's lines).
+    pub fn index(&self, g: usize, r: usize, d: usize) -> usize {
+        let width = self.side.width();
+        let (block, dd) = (d / self.kc, d % self.kc);
+        let kcb = self.kc.min(self.depth - block * self.kc);
+        let (panel, rr) = (r / width, r % width);
+        let lines = width.min(self.rows - panel * width);
+        g * self.rows * self.depth
+            + block * self.kc * self.rows
+            + panel * width * kcb
+            + dd * lines
+            + rr
+    }
+
+    fn source(&self, g: usize, r: usize, d: usize) -> usize {
+        g * self.strides[0] + r * self.strides[1] + d * self.strides[2]
+    }
+
+    /// The weight `src` (row-major, as the model holds it) in this layout.
+    pub fn pack(&self, src: &[f32]) -> Option<Vec<f32>> {
+        self.permute(src, true)
+    }
+
+    /// The row-major weight back from its packed form.
+    pub fn unpack(&self, packed: &[f32]) -> Option<Vec<f32>> {
+        self.permute(packed, false)
+    }
+
+    /// True when the source strides walk every element of a dense tensor
+    /// of [`Panels::len`] elements exactly once.
+    pub fn is_dense(&self) -> bool {
+        let mut axes = [
+            (self.matrices, self.strides[0]),
+            (self.rows, self.strides[1]),
+            (self.depth, self.strides[2]),
+        ];
+        axes.sort_by_key(|&(size, stride)| (size > 1, stride));
+        let mut expected = 1;
+        for (size, stride) in axes {
+            if size > 1 {
+                if stride != expected {
+                    return false;
+                }
+                expected *= size;
+            }
+        }
+        true
+    }
+
+    fn permute(&self, from: &[f32], packing: bool) -> Option<Vec<f32>> {
+        if from.len() != self.len() || self.kc == 0 || !self.is_dense() {
+            return None;
+        }
+        let mut to = alloc::vec![0f32; self.len()];
+        for g in 0..self.matrices {
+            for r in 0..self.rows {
+                for d in 0..self.depth {
+                    let (s, p) = (self.source(g, r, d), self.index(g, r, d));
+                    let (i, o) = if packing { (s, p) } else { (p, s) };
+                    to[o] = from[i];
+                }
+            }
+        }
+        Some(to)
+    }
+}
+
+/// Floats of scratch per thread a product with packed weight `p` needs for
+/// `other` lines of the other operand (n for a left weight, m for a right
+/// one): one block of the other operand.
+pub fn scratch_elems(p: &Panels, other: usize) -> usize {
+    let (width, most) = match p.side {
+        Side::Left => (NR, NC),
+        Side::Right => (MR, MC),
+    };
+    round_up(other.clamp(1, most), width) * p.kc
+}
+
+/// True when a kernel given `floats` of scratch can run with `p`: room
+/// for one panel of the other operand there, or on the stack.
+pub fn fits(p: &Panels, floats: usize) -> bool {
+    let panel = p.side.other_width() * p.kc;
+    floats >= panel || panel <= STACK_FLOATS
+}
+
+/// Lines of the other operand per block for `floats` of scratch (at most
+/// `most`, whole panels, at least one panel).
+fn block_lines(p: &Panels, lines: usize, most: usize, floats: usize) -> usize {
+    let width = p.side.other_width();
+    let full = lines.clamp(1, most);
+    if round_up(full, width) * p.kc <= floats {
+        full
+    } else {
+        (floats / p.kc / width * width).max(width).min(full)
+    }
+}
+
+/// Copies the short last panel of a block (`lines` < `width` lines,
+/// `kcb` deep) into `tail`, widened to `width` lines with zeros.
+fn widen_tail<L: Load<f32>>(
+    a: L,
+    at: usize,
+    lines: usize,
+    width: usize,
+    kcb: usize,
+    tail: &mut [f32],
+) {
+    for d in 0..kcb {
+        for r in 0..width {
+            tail[d * width + r] = if r < lines {
+                a.load(at + d * lines + r)
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// `C[m × n] += A · B` over columns `cols`, A being matrix `g` of the
+/// packed left weight `a` (`p.rows × p.depth`) and B packed into
+/// `scratch` from `b` block by block.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_left<L: Load<f32>>(
+    p: &Panels,
+    g: usize,
+    a: L,
+    n: usize,
+    b: &impl PackB,
+    c: &Dst<'_>,
+    scratch: &[Cell<f32>],
+    cols: Range<usize>,
+) {
+    let (m, k, kc) = (p.rows, p.depth, p.kc);
+    let end = cols.end.min(n);
+    if m == 0 || k == 0 || cols.start >= end {
+        return;
+    }
+    let on_stack: [Cell<f32>; STACK_FLOATS] = core::array::from_fn(|_| Cell::new(0.0));
+    let bpack = if scratch.len() < NR * kc {
+        &on_stack[..]
+    } else {
+        scratch
+    };
+    if bpack.len() < NR * kc {
+        debug_assert!(
+            false,
+            "setup admitted a depth block deeper than the scratch"
+        );
+        return;
+    }
+    let nc_block = block_lines(p, end - cols.start, NC, bpack.len());
+    let fma = gemm::fma_available();
+    let mut tail = [0f32; MR * KC];
+    let base = p.index(g, 0, 0);
+    for j0 in (cols.start..end).step_by(nc_block) {
+        let nc = nc_block.min(end - j0);
+        for p0 in (0..k).step_by(kc) {
+            let kcb = kc.min(k - p0);
+            b.pack(p0, kcb, j0, nc, bpack);
+            let block = base + p0 * m;
+            let short = m % MR;
+            if short != 0 {
+                let at = block + (m - short) * kcb;
+                widen_tail(a, at, short, MR, kcb, &mut tail);
+            }
+            for i0 in (0..m).step_by(MC) {
+                let mc = MC.min(m - i0);
+                for (bp, c0) in (0..nc).step_by(NR).enumerate() {
+                    let bpanel = &bpack[bp * kcb * NR..(bp + 1) * kcb * NR];
+                    for r0 in (i0..i0 + mc).step_by(MR) {
+                        let rows = MR.min(m - r0);
+                        let tile = if rows == MR {
+                            micro_kernel(fma, kcb, a.sub(block + r0 * kcb, kcb * MR), bpanel)
+                        } else {
+                            micro_kernel(fma, kcb, &tail[..kcb * MR], bpanel)
+                        };
+                        add_tile(c, &tile, r0, j0 + c0, rows, NR.min(nc - c0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `C[m × n] += A · B` over columns `cols`, B being the packed right
+/// weight `b` (`p.depth × p.rows`, one matrix) and A packed into
+/// `scratch` block by block.
+pub fn gemm_right<L: Load<f32>>(
+    p: &Panels,
+    m: usize,
+    a: &impl PackA,
+    b: L,
+    c: &Dst<'_>,
+    scratch: &[Cell<f32>],
+    cols: Range<usize>,
+) {
+    let (n, k, kc) = (p.rows, p.depth, p.kc);
+    let end = cols.end.min(n);
+    if m == 0 || k == 0 || cols.start >= end {
+        return;
+    }
+    let on_stack: [Cell<f32>; STACK_FLOATS] = core::array::from_fn(|_| Cell::new(0.0));
+    let apack = if scratch.len() < MR * kc {
+        &on_stack[..]
+    } else {
+        scratch
+    };
+    if apack.len() < MR * kc {
+        debug_assert!(
+            false,
+            "setup admitted a depth block deeper than the scratch"
+        );
+        return;
+    }
+    let mc_block = block_lines(p, m, MC, apack.len());
+    let fma = gemm::fma_available();
+    let mut tail = [0f32; NR * KC];
+    let short = n % NR;
+    for j0 in (cols.start..end).step_by(NC) {
+        let nc = NC.min(end - j0);
+        for p0 in (0..k).step_by(kc) {
+            let kcb = kc.min(k - p0);
+            let block = p0 * n;
+            let has_tail = short != 0 && j0 + nc == n;
+            if has_tail {
+                let at = block + (n - short) * kcb;
+                widen_tail(b, at, short, NR, kcb, &mut tail);
+            }
+            for i0 in (0..m).step_by(mc_block) {
+                let mc = mc_block.min(m - i0);
+                a.pack(i0, mc, p0, kcb, apack);
+                for c0 in (j0..j0 + nc).step_by(NR) {
+                    let width = NR.min(n - c0);
+                    for (ap, r0) in (0..mc).step_by(MR).enumerate() {
+                        let apanel = &apack[ap * kcb * MR..(ap + 1) * kcb * MR];
+                        let tile = if width == NR {
+                            micro_kernel(fma, kcb, apanel, b.sub(block + c0 * kcb, kcb * NR))
+                        } else {
+                            micro_kernel(fma, kcb, apanel, &tail[..kcb * NR])
+                        };
+                        add_tile(c, &tile, i0 + r0, c0, MR.min(mc - r0), width.min(end - c0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::gemm::{gemm_cols, scratch_elems as unpacked_scratch, Strided};
+
+    fn value(i: usize, seed: usize) -> f32 {
+        ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
+    }
+
+    /// Every element lands on its own packed position, and unpacking gives
+    /// the weight back, for lines and depths around the panel and block
+    /// sizes, several matrices, and both sides.
+    #[test]
+    fn packing_is_a_permutation_and_unpacks() {
+        for side in [Side::Left, Side::Right] {
+            for &(matrices, rows, depth, kc) in &[
+                (1, 1, 1, 256),
+                (1, 7, 3, 256),
+                (2, 13, 300, 256),
+                (3, 17, 40, 16),
+                (1, 64, 576, 256),
+                (1, 5, 33, 32),
+            ] {
+                let p = Panels {
+                    side,
+                    matrices,
+                    rows,
+                    depth,
+                    strides: [rows * depth, depth, 1],
+                    kc: 0,
+                }
+                .with_depth_block(kc);
+                let src: Vec<f32> = (0..p.len()).map(|i| i as f32).collect();
+                let packed = p.pack(&src).expect("a permutation");
+                let mut sorted = packed.clone();
+                sorted.sort_by(f32::total_cmp);
+                assert_eq!(sorted, src, "{side:?} {matrices}×{rows}×{depth}");
+                assert_eq!(p.unpack(&packed).expect("unpacks"), src);
+            }
+        }
+    }
+
+    /// Strides that do not walk every element once are refused.
+    #[test]
+    fn overlapping_strides_are_refused() {
+        let p = Panels {
+            side: Side::Right,
+            matrices: 1,
+            rows: 4,
+            depth: 4,
+            strides: [0, 1, 1],
+            kc: 4,
+        };
+        assert!(p.pack(&[0.0; 16]).is_none());
+        assert!(p.pack(&[0.0; 15]).is_none());
+    }
+
+    /// The product with a packed left weight gives the bytes of the
+    /// product that packs the same weight at run time with the same depth
+    /// block, over thread shares and scratch down to none.
+    #[test]
+    fn packed_left_equals_the_unpacked_product() {
+        for &(m, n, k) in &[(7, 40, 300), (64, 100, 27), (6, 17, 256), (13, 300, 40)] {
+            let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| value(i, 2)).collect();
+            let sa = Strided {
+                data: a.as_slice(),
+                offset: 0,
+                rs: k,
+                cs: 1,
+                rows: m,
+                cols: k,
+            };
+            let sb = Strided {
+                data: b.as_slice(),
+                offset: 0,
+                rs: n,
+                cs: 1,
+                rows: k,
+                cols: n,
+            };
+            let mut want = vec![0f32; m * n];
+            let cells = Cell::from_mut(want.as_mut_slice()).as_slice_of_cells();
+            let dst = Dst {
+                data: cells,
+                offset: 0,
+                rs: n,
+                cs: 1,
+            };
+            let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
+            let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+            gemm_cols(m, n, k, &sa, &sb, &dst, s, 0..n);
+            let p = Panels {
+                side: Side::Left,
+                matrices: 1,
+                rows: m,
+                depth: k,
+                strides: [m * k, k, 1],
+                kc: 0,
+            }
+            .with_depth_block(KC);
+            let packed = p.pack(&a).unwrap();
+            for parts in 1..=3 {
+                for floats in [scratch_elems(&p, n), NR * p.kc, 0] {
+                    let mut got = vec![0f32; m * n];
+                    let cells = Cell::from_mut(got.as_mut_slice()).as_slice_of_cells();
+                    let dst = Dst {
+                        data: cells,
+                        offset: 0,
+                        rs: n,
+                        cs: 1,
+                    };
+                    let mut scratch = vec![0f32; floats];
+                    let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+                    if !fits(&p, floats) {
+                        continue;
+                    }
+                    for part in 0..parts {
+                        let cols = gemm::share(n, part, parts);
+                        gemm_left(&p, 0, packed.as_slice(), n, &sb, &dst, s, cols);
+                    }
+                    assert_eq!(got, want, "{m}×{n}×{k}, {parts} shares, {floats} floats");
+                }
+            }
+        }
+    }
+
+    /// The same for a packed right weight, read transposed (`nk`) or not.
+    #[test]
+    fn packed_right_equals_the_unpacked_product() {
+        for &(m, n, k) in &[(7, 40, 300), (64, 100, 27), (2, 17, 256), (80, 300, 40)] {
+            for transposed in [false, true] {
+                let a: Vec<f32> = (0..m * k).map(|i| value(i, 3)).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| value(i, 4)).collect();
+                let (rs, cs) = if transposed { (1, k) } else { (n, 1) };
+                let sa = Strided {
+                    data: a.as_slice(),
+                    offset: 0,
+                    rs: k,
+                    cs: 1,
+                    rows: m,
+                    cols: k,
+                };
+                let sb = Strided {
+                    data: b.as_slice(),
+                    offset: 0,
+                    rs,
+                    cs,
+                    rows: k,
+                    cols: n,
+                };
+                let mut want = vec![0f32; m * n];
+                let cells = Cell::from_mut(want.as_mut_slice()).as_slice_of_cells();
+                let dst = Dst {
+                    data: cells,
+                    offset: 0,
+                    rs: n,
+                    cs: 1,
+                };
+                let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
+                let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+                gemm_cols(m, n, k, &sa, &sb, &dst, s, 0..n);
+                let p = Panels {
+                    side: Side::Right,
+                    matrices: 1,
+                    rows: n,
+                    depth: k,
+                    strides: [0, cs, rs],
+                    kc: 0,
+                }
+                .with_depth_block(KC);
+                let packed = p.pack(&b).unwrap();
+                for parts in 1..=3 {
+                    for floats in [scratch_elems(&p, m), MR * p.kc, 0] {
+                        if !fits(&p, floats) {
+                            continue;
+                        }
+                        let mut got = vec![0f32; m * n];
+                        let cells = Cell::from_mut(got.as_mut_slice()).as_slice_of_cells();
+                        let dst = Dst {
+                            data: cells,
+                            offset: 0,
+                            rs: n,
+                            cs: 1,
+                        };
+                        let mut scratch = vec![0f32; floats];
+                        let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+                        for part in 0..parts {
+                            let cols = gemm::share(n, part, parts);
+                            gemm_right(&p, m, &sa, packed.as_slice(), &dst, s, cols);
+                        }
+                        assert_eq!(
+                            got, want,
+                            "{m}×{n}×{k} transposed {transposed}, {parts} shares, {floats} floats"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
