@@ -157,8 +157,9 @@ impl Shared {
                     name: c_name,
                     bytes: usize::try_from(bytes)
                         .map_err(|_| too_large(format!("pool `{name}` of {bytes} bytes")))?,
-                    align: usize::try_from(align)
-                        .map_err(|_| too_large(format!("the alignment {align} of pool `{name}`")))?,
+                    align: usize::try_from(align).map_err(|_| {
+                        too_large(format!("the alignment {align} of pool `{name}`"))
+                    })?,
                 })
             })
             .collect::<Outcome<Vec<PoolSlot>>>()?;

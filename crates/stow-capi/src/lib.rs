@@ -34,9 +34,9 @@ pub use bundle::{
 };
 pub use session::{
     stow_session_copy_output, stow_session_create, stow_session_create_in,
-    stow_session_create_in_pools, stow_session_free,
-    stow_session_input_buffer, stow_session_last_error, stow_session_output, stow_session_run,
-    stow_session_set_input, stow_session_set_input_at, StowBuffer, StowSession,
+    stow_session_create_in_pools, stow_session_free, stow_session_input_buffer,
+    stow_session_last_error, stow_session_output, stow_session_run, stow_session_set_input,
+    stow_session_set_input_at, StowBuffer, StowSession,
 };
 
 use std::ffi::{c_char, CStr, CString};

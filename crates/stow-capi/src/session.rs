@@ -126,7 +126,8 @@ unsafe fn create(
             }
             Session::in_buffers(b, lent, threads)
         }
-    }    .map_err(session_failure)?;
+    }
+    .map_err(session_failure)?;
     let handle = Box::new(StowSession {
         session,
         shared,
@@ -154,7 +155,9 @@ pub unsafe extern "C" fn stow_session_create(
 ) -> StowStatus {
     const CALL: &str = "stow_session_create";
     // SAFETY: passed on from the caller.
-    let outcome = guarded(CALL, || unsafe { create(CALL, bundle, Memory::Allocate, threads, out) });
+    let outcome = guarded(CALL, || unsafe {
+        create(CALL, bundle, Memory::Allocate, threads, out)
+    });
     // SAFETY: the caller's contract on `msg`.
     unsafe { report_to(msg, msg_cap, outcome) }
 }

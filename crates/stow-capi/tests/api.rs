@@ -701,8 +701,8 @@ fn create_in_pools(
 ) -> (StowStatus, *mut StowSession, String) {
     let mut msg = Msg::new();
     let mut s = 0x10 as *mut StowSession; // must be overwritten
-    // SAFETY: each buffer is `len` writable bytes owned by the test for
-    // longer than the session lives.
+                                          // SAFETY: each buffer is `len` writable bytes owned by the test for
+                                          // longer than the session lives.
     let st = unsafe {
         stow_session_create_in_pools(
             b,
@@ -734,7 +734,11 @@ fn a_pooled_bundle_runs_in_one_caller_buffer_per_pool() {
     assert_eq!(arena_of(b), (sram_bytes, align));
     let (st, ..) = pool_of(b, 2);
     assert_eq!(status(st), "STOW_ERR_NOT_FOUND");
-    assert!(bundle_error(b).contains("out of range"), "{}", bundle_error(b));
+    assert!(
+        bundle_error(b).contains("out of range"),
+        "{}",
+        bundle_error(b)
+    );
 
     let mut sram = Aligned::new(sram_bytes);
     let mut dram = Aligned::new(dram_bytes);
@@ -770,7 +774,12 @@ fn a_pooled_bundle_runs_in_one_caller_buffer_per_pool() {
     // The input lies in one of the caller's buffers.
     let (mut data, mut len) = (null_mut(), 0);
     // SAFETY: live handle, valid out-pointers.
-    unsafe { assert_eq!(stow_session_input_buffer(s, 0, &mut data, &mut len), STOW_OK) };
+    unsafe {
+        assert_eq!(
+            stow_session_input_buffer(s, 0, &mut data, &mut len),
+            STOW_OK
+        )
+    };
     let inside = |buf: &mut Aligned, n: usize| {
         let start = buf.ptr() as usize;
         (data as usize) >= start && (data as usize) + len <= start + n
@@ -812,8 +821,16 @@ fn wrong_pool_buffers_are_refused_naming_the_pool() {
         }
     };
     // Wrong count: one buffer, or three.
-    refused(&good[..1], "STOW_ERR_POOL_COUNT", &["1 buffers given", "2 memory pool", "sram", "dram"]);
-    refused(&[good[0], good[1], good[1]], "STOW_ERR_POOL_COUNT", &["3 buffers given"]);
+    refused(
+        &good[..1],
+        "STOW_ERR_POOL_COUNT",
+        &["1 buffers given", "2 memory pool", "sram", "dram"],
+    );
+    refused(
+        &[good[0], good[1], good[1]],
+        "STOW_ERR_POOL_COUNT",
+        &["3 buffers given"],
+    );
     // A single-buffer call on a pooled bundle says the same.
     let (st, s, msg) = create_in(b, sram.ptr(), sram_bytes);
     assert_eq!(status(st), "STOW_ERR_POOL_COUNT", "{msg}");
@@ -821,14 +838,26 @@ fn wrong_pool_buffers_are_refused_naming_the_pool() {
     // Too small, misaligned, NULL: each names the pool.
     let mut short = good;
     short[1].len = dram_bytes - 1;
-    refused(&short, "STOW_ERR_TOO_SMALL", &["buffer 1 (pool `dram`)", &format!("needs {dram_bytes}")]);
+    refused(
+        &short,
+        "STOW_ERR_TOO_SMALL",
+        &["buffer 1 (pool `dram`)", &format!("needs {dram_bytes}")],
+    );
     let mut skewed = good;
     // SAFETY: one byte into a buffer with 64 spare bytes.
     skewed[0].data = unsafe { sram.ptr().add(1) }.cast();
-    refused(&skewed, "STOW_ERR_MISALIGNED", &["buffer 0 (pool `sram`)", "aligned to 64"]);
+    refused(
+        &skewed,
+        "STOW_ERR_MISALIGNED",
+        &["buffer 0 (pool `sram`)", "aligned to 64"],
+    );
     let mut missing = good;
     missing[1].data = null_mut();
-    refused(&missing, "STOW_ERR_NULL_ARGUMENT", &["buffer 1 (pool `dram`) is NULL"]);
+    refused(
+        &missing,
+        "STOW_ERR_NULL_ARGUMENT",
+        &["buffer 1 (pool `dram`) is NULL"],
+    );
     refused(&[], "STOW_ERR_POOL_COUNT", &["0 buffers given"]);
     let mut msg = Msg::new();
     let mut s = null_mut();
@@ -855,7 +884,10 @@ fn a_single_arena_bundle_is_one_pool() {
     assert_eq!(pool_count(b), 1);
     let (st, name, pool_bytes, align) = pool_of(b, 0);
     assert_eq!(status(st), "STOW_OK");
-    assert_eq!((name.as_str(), pool_bytes, align), ("arena", arena_of(b).0, arena_of(b).1));
+    assert_eq!(
+        (name.as_str(), pool_bytes, align),
+        ("arena", arena_of(b).0, arena_of(b).1)
+    );
     let mut arena = Aligned::new(pool_bytes);
     let one = [StowBuffer {
         data: arena.ptr().cast(),
@@ -867,8 +899,14 @@ fn a_single_arena_bundle_is_one_pool() {
     let mut n = 0;
     // SAFETY: every pointer is either NULL (what is tested) or valid.
     unsafe {
-        assert_eq!(stow_bundle_pool_count(null(), &mut n), STOW_ERR_NULL_ARGUMENT);
-        assert_eq!(stow_bundle_pool_count(b, null_mut()), STOW_ERR_NULL_ARGUMENT);
+        assert_eq!(
+            stow_bundle_pool_count(null(), &mut n),
+            STOW_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            stow_bundle_pool_count(b, null_mut()),
+            STOW_ERR_NULL_ARGUMENT
+        );
         assert_eq!(stow_bundle_pool(b, 0, null_mut()), STOW_ERR_NULL_ARGUMENT);
         assert!(bundle_error(b).contains("`info` is NULL"));
     }

@@ -111,7 +111,10 @@ fn pictures_of_a_pooled_bundle_draw_one_panel_per_pool() {
             "panel {name}: its tensors"
         );
     }
-    assert_eq!(svg.matches("<rect data-id=").count(), in_pool(0) + in_pool(1));
+    assert_eq!(
+        svg.matches("<rect data-id=").count(),
+        in_pool(0) + in_pool(1)
+    );
 
     let html = std::fs::read_to_string(&html).unwrap();
     assert_eq!(html.matches(r#"<section class="pool-panel""#).count(), 2);
@@ -173,7 +176,12 @@ fn threshold_placement_compiles_runs_and_verifies() {
             .filter(|t| t["region"] == "arena" && t["pool"].as_u64() == Some(p))
             .count()
     };
-    assert!(count(0) > 0 && count(1) > 0, "{} in sram, {} in dram", count(0), count(1));
+    assert!(
+        count(0) > 0 && count(1) > 0,
+        "{} in sram, {} in dram",
+        count(0),
+        count(1)
+    );
     let (m, b) = (model.display().to_string(), out.display().to_string());
     let o = stow(&["run", &b, "--check", &m]);
     assert!(o.status.success(), "run --check: {}", stderr(&o));

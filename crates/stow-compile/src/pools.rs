@@ -393,7 +393,11 @@ pub fn apply(
 /// The working set of each step: the bytes of the distinct arena buffers
 /// it reads, writes or uses as scratch (a buffer two operands share, by
 /// an alias, counts once).
-pub fn working_sets(graph: &ModelGraph, buffer_of: &[Option<usize>], problem: &Problem) -> Vec<u64> {
+pub fn working_sets(
+    graph: &ModelGraph,
+    buffer_of: &[Option<usize>],
+    problem: &Problem,
+) -> Vec<u64> {
     graph
         .ops
         .iter()

@@ -322,11 +322,8 @@ fn threshold_placement_sends_the_operands_of_large_steps_to_the_slow_pool() {
     for model in ["residual_cnn.onnx", "mobilenet_block.onnx"] {
         let path = testdata(model);
         let single = compile(&path, &options(vec![], vec![], Placement::Gain)).unwrap();
-        let sets = stow_compile::pools::working_sets(
-            single.graph(),
-            single.buffer_of(),
-            single.problem(),
-        );
+        let sets =
+            stow_compile::pools::working_sets(single.graph(), single.buffer_of(), single.problem());
         let mut sorted = sets.clone();
         sorted.sort_unstable();
         // The median step's working set: about half the steps are above.

@@ -186,5 +186,8 @@ fn threshold_placed_bundles_run_bit_for_bit_like_one_arena() {
         let mut session = Session::in_buffers(&pooled, lent, 1).unwrap();
         assert_eq!(outputs(&pooled, &mut session), want, "{model}: in buffers");
     }
-    assert!(split >= 3, "only {split} models were split across both pools");
+    assert!(
+        split >= 3,
+        "only {split} models were split across both pools"
+    );
 }

@@ -427,9 +427,7 @@ fn legend(s: &mut String, panels: &[Layout<'_>], g: &Geometry) {
     let mut kinds: Vec<OpKind> = all().map(|b| b.kind).collect();
     kinds.sort();
     kinds.dedup();
-    let mut aliases: Vec<AliasKind> = all()
-        .filter_map(|b| b.alias.map(|a| a.0))
-        .collect();
+    let mut aliases: Vec<AliasKind> = all().filter_map(|b| b.alias.map(|a| a.0)).collect();
     aliases.sort_by_key(|k| *k as u32);
     aliases.dedup();
     let mut x = g.x0;
