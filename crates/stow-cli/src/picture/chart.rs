@@ -51,7 +51,11 @@ pub fn render(l: &Layout<'_>) -> String {
     );
     say(
         &mut out,
-        "source's letter), '.' free; L on the ruler marks the lower bound",
+        if l.pool.is_some() {
+            "source's letter), '.' free; L on the ruler marks the pool's peak"
+        } else {
+            "source's letter), '.' free; L on the ruler marks the lower bound"
+        },
     );
     let right = human_bytes(arena);
     let gap = (cols + 2).saturating_sub(1 + right.len());

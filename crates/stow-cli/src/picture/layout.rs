@@ -788,6 +788,54 @@ pub(crate) mod tests {
         );
     }
 
+    /// `sample` with `h` moved to a second pool at offset 0: each panel
+    /// holds its pool's tensors, sized and named by its pool, and the
+    /// steps stay the bundle's.
+    #[test]
+    fn panels_split_the_tensors_by_pool() {
+        let mut c = sample();
+        assert_eq!(Layout::panels(&c).len(), 1, "one arena, one panel");
+        assert!(Layout::panels(&c)[0].pool.is_none());
+        c.tensors[2].pool = 1;
+        c.tensors[2].offset = 0;
+        c.arena_bytes = 64;
+        c.pools = vec![
+            stow_bundle::MemoryPool {
+                name: "sram".into(),
+                bytes: 64,
+                align: 64,
+            },
+            stow_bundle::MemoryPool {
+                name: "dram".into(),
+                bytes: 128,
+                align: 64,
+            },
+        ];
+        let panels = Layout::panels(&c);
+        assert_eq!(panels.len(), 2);
+        let names = |l: &Layout<'_>| -> Vec<String> {
+            l.blocks.iter().map(|b| b.tensor.name.clone()).collect()
+        };
+        assert_eq!(names(&panels[0]), ["x", "y"]);
+        assert_eq!(names(&panels[1]), ["h"]);
+        assert_eq!(
+            (panels[0].arena_bytes(), panels[1].arena_bytes()),
+            (64, 128)
+        );
+        assert_eq!((panels[0].steps, panels[1].steps), (2, 2));
+        // sram: x then its view y, 64 bytes at both steps; dram: h's 60.
+        assert_eq!(panels[0].live, vec![64, 64]);
+        assert_eq!(panels[1].live, vec![60, 60]);
+        assert_eq!(panels[1].lower_bound_bytes(), 60);
+        assert!((panels[1].fill() - 60.0 / 128.0).abs() < 1e-12);
+        let summary = panels[1].summary();
+        assert!(
+            summary.starts_with("pool dram (2 of 2): 46.9 % full at its peak"),
+            "{summary}"
+        );
+        assert_eq!(panels[0].memory_name(), "pool sram");
+    }
+
     #[test]
     fn a_concat_holds_its_bytes_from_its_first_slice_on() {
         let mut c = sample();
