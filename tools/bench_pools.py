@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Several pools: fast-pool fill and traffic share, gain vs first-use.
+"""Several pools: fast-pool fill and traffic share, per placement policy.
 
 For each model, compiles it with `--pool sram=BYTES --pool dram` under
-`--placement gain` (the default) and `--placement first-use` (the
-baseline), reads the pool lines `stow compile` prints, and prints one
-markdown row per model. BYTES is either fixed (`--sram 524288`) or a
-fraction of the model's single-arena size (`--fraction 0.25`).
+each placement of `--placements` (default `gain,first-use`: the default
+policy and the baseline; `threshold` and `threshold=N` are method M3's
+layer-group threshold), reads the pool lines `stow compile` prints, and
+prints one markdown row per model and placement. BYTES is either fixed
+(`--sram 524288`) or a fraction of the model's single-arena size
+(`--fraction 0.25`).
 
     python3 tools/bench_pools.py --stow target/release/stow --fraction 0.25 \
+        --placements gain,first-use,threshold \
         testdata/residual_cnn.onnx testdata/transformer_block.onnx
 """
 import argparse
@@ -56,6 +59,8 @@ def main():
     g.add_argument("--fraction", type=float)
     ap.add_argument("--flag", action="append", default=[],
                     help="extra stow compile flag (repeatable, e.g. --flag=--threads=0)")
+    ap.add_argument("--placements", default="gain,first-use",
+                    help="comma-separated --placement values to compare")
     ap.add_argument("models", nargs="+")
     a = ap.parse_args()
     print("| model | arena B | sram B | placement | sram used B | sram full at peak | "
@@ -68,8 +73,8 @@ def main():
             arena = int(next(ARENA.match(l).group(1) for l in single.splitlines()
                              if ARENA.match(l)).replace(",", ""))
             sram = a.sram if a.sram else max(64, int(arena * a.fraction) // 64 * 64)
-            for placement in ["gain", "first-use"]:
-                text = compile_(a.stow, model, Path(d) / f"{placement}.stow",
+            for placement in a.placements.split(","):
+                text = compile_(a.stow, model, Path(d) / "pooled.stow",
                                 [*a.flag, "--pool", f"sram={sram}", "--pool", "dram",
                                  "--placement", placement])
                 p = pools(text)

@@ -5,8 +5,10 @@
 # examples/c/run.c with the system C compiler against libstow_capi.a and
 # include/stowage.h (the static arena sized to the bundle's exact arena),
 # and runs it twice: on the mapped file, and on the file's bytes opened in
-# place. The output must match testdata/c_example/residual_cnn.expected.f32
-# (onnxruntime's, tools/gen_c_example.py). Exit 0 on match.
+# place; then the same for a bundle split across two memory pools
+# (--pool sram=... --pool dram: one buffer per pool). The output must
+# match testdata/c_example/residual_cnn.expected.f32 (onnxruntime's,
+# tools/gen_c_example.py). Exit 0 on match.
 #
 # $CC picks the compiler (default cc); $CARGO_TARGET_DIR is respected.
 set -euo pipefail
@@ -40,3 +42,11 @@ data=testdata/c_example
 echo "libstow_capi.a $(wc -c <"$lib") bytes, run $(wc -c <"$work/run") bytes"
 "$work/run" "$bundle" "$data/residual_cnn.input.f32" "$data/residual_cnn.expected.f32"
 "$work/run" --from-bytes "$bundle" "$data/residual_cnn.input.f32" "$data/residual_cnn.expected.f32"
+# The same model with its arena split across a fast pool of a quarter of
+# the arena (pool 0, in the static buffer) and a slow one (the heap):
+# stow_session_create_in_pools, checked against the same expected output.
+pooled="$work/residual_cnn_pools.stow"
+"$target/release/stow" compile testdata/residual_cnn.onnx -o "$pooled" \
+  --pool "sram=$((arena_bytes / 4 / 64 * 64))" --pool dram >/dev/null
+"$work/run" "$pooled" "$data/residual_cnn.input.f32" "$data/residual_cnn.expected.f32"
+"$work/run" --from-bytes "$pooled" "$data/residual_cnn.input.f32" "$data/residual_cnn.expected.f32"

@@ -14,6 +14,12 @@
  * 1e-4 + 1e-4 * |expected| of the expected one, 1 when one is not, 2 on an
  * error. tools/c_example.sh builds and runs it; RUN_ARENA_BYTES sizes the
  * static arena (the script passes the bundle's exact arena size).
+ *
+ * A bundle compiled with `stow compile --pool sram=BYTES --pool dram` has
+ * one memory per pool: pool 0 (the fast one) goes into the static arena,
+ * as a device would place it in on-chip memory, and each slower pool gets
+ * a buffer from the heap (external RAM), all passed to
+ * stow_session_create_in_pools.
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 
@@ -105,9 +111,36 @@ int main(int argc, char **argv) {
     printf("bundle %s: arena %zu bytes (align %zu), static buffer %zu bytes\n", bundle_path,
            arena_bytes, arena_align, (size_t)RUN_ARENA_BYTES);
 
+    size_t pools = 0;
+    if ((st = stow_bundle_pool_count(bundle, &pools)) != STOW_OK)
+        return fail("stow_bundle_pool_count", st, stow_bundle_last_error(bundle));
     stow_session *session = NULL;
-    st = stow_session_create_in(bundle, arena, sizeof arena, 1, &session, msg, sizeof msg);
-    if (st != STOW_OK) return fail("stow_session_create_in", st, msg);
+    stow_buffer buffers[8];
+    if (pools == 1) {
+        st = stow_session_create_in(bundle, arena, sizeof arena, 1, &session, msg, sizeof msg);
+        if (st != STOW_OK) return fail("stow_session_create_in", st, msg);
+    } else {
+        if (pools > sizeof buffers / sizeof buffers[0]) return fail("pools", STOW_OK, "too many");
+        for (size_t p = 0; p < pools; p++) {
+            stow_pool_info pool;
+            if ((st = stow_bundle_pool(bundle, p, &pool)) != STOW_OK)
+                return fail("stow_bundle_pool", st, stow_bundle_last_error(bundle));
+            if (p == 0) {
+                buffers[p].data = arena; /* the fast pool: static memory */
+                buffers[p].len = sizeof arena;
+            } else {
+                /* aligned_alloc wants a multiple of the alignment. */
+                size_t len = (pool.bytes / pool.align + 1) * pool.align;
+                buffers[p].data = aligned_alloc(pool.align, len);
+                buffers[p].len = len;
+                if (!buffers[p].data) return fail("aligned_alloc", STOW_OK, pool.name);
+            }
+            printf("pool %zu `%s`: %zu bytes (align %zu), %s\n", p, pool.name, pool.bytes,
+                   pool.align, p == 0 ? "in the static buffer" : "from the heap");
+        }
+        st = stow_session_create_in_pools(bundle, buffers, pools, 1, &session, msg, sizeof msg);
+        if (st != STOW_OK) return fail("stow_session_create_in_pools", st, msg);
+    }
 
     stow_tensor_info in, out;
     if ((st = stow_bundle_input(bundle, 0, &in)) != STOW_OK ||
@@ -171,6 +204,7 @@ int main(int argc, char **argv) {
                                                   : "bundle file mapped");
 
     stow_session_free(session);
+    for (size_t p = 1; p < pools; p++) free(buffers[p].data);
     stow_bundle_free(bundle);
     free(bundle_bytes);
     free(input);

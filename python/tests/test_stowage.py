@@ -434,3 +434,93 @@ def test_a_failed_run_leaves_the_session_usable(mlp):
         session.run({k: v[..., :1] for k, v in inputs.items()})
     got = session.run(inputs)
     assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
+# --- memory pools ------------------------------------------------------
+
+
+def test_pooled_bundle_runs_bit_for_bit_like_one_arena(tmp_path):
+    model = TESTDATA / "residual_cnn.onnx"
+    single = stowage.compile(model)
+    sram = single.arena_bytes // 4 // 64 * 64
+    pooled = stowage.compile(model, pools={"sram": sram, "dram": None})
+    assert [p["name"] for p in pooled.pools] == ["sram", "dram"]
+    assert pooled.pools[0]["bytes"] <= sram and pooled.pools[0]["align"] == 64
+    assert single.pools == [{"name": "arena", "bytes": single.arena_bytes, "align": 64}]
+    report = pooled.report
+    assert report["placement"] == "gain"
+    assert [p["name"] for p in report["pools"]] == ["sram", "dram"]
+    assert report["pools"][0]["capacity"] == sram and report["pools"][1]["capacity"] is None
+    assert abs(sum(p["traffic_share"] for p in report["pools"]) - 1.0) < 1e-9
+    assert 0 < report["pools"][0]["fill"] <= 1.0
+    assert [p["bytes"] for p in report["pools"]] == [p["bytes"] for p in pooled.pools]
+    # Each arena tensor names its pool in `inspect`, as the CLI prints it.
+    tensors = [t for t in pooled.inspect()["tensors"] if t["region"] == "arena"]
+    assert {t["pool"] for t in tensors} == {0, 1}
+
+    path = tmp_path / "pooled.stow"
+    pooled.save(path)
+    opened = stowage.Bundle.open(path)
+    assert opened.pools == pooled.pools
+    inputs = random_inputs(single.inputs, 7)
+    want = stowage.Session(single).run(inputs)
+    for bundle in (pooled, opened):
+        got = stowage.Session(bundle).run(inputs)
+        for name in want:
+            assert got[name].tobytes() == want[name].tobytes(), name
+    assert_match(want, onnxruntime_outputs(model, inputs))
+    # The picture draws one panel per pool.
+    assert pooled.to_html().count('<section class="pool-panel"') == 2
+
+
+def test_pools_as_pairs_pins_and_placements():
+    model = TESTDATA / "residual_cnn.onnx"
+    single = stowage.compile(model)
+    arena = single.arena_bytes
+    # Threshold placement: with room for everything in sram, only the
+    # operands of steps above the threshold go to dram.
+    threshold = stowage.compile(
+        model, pools=[("sram", arena), ("dram", None)], placement="threshold=16384"
+    )
+    assert threshold.report["placement"] == "threshold=16384"
+    in_dram = threshold.report["pools"][1]["buffers"]
+    assert 0 < in_dram < sum(p["buffers"] for p in threshold.report["pools"])
+    inputs = random_inputs(single.inputs, 8)
+    want = stowage.Session(single).run(inputs)
+    got = stowage.Session(threshold).run(inputs)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+    first = stowage.compile(
+        model, pools=[("sram", arena // 4 // 64 * 64), ("dram", None)], placement="first-use"
+    )
+    assert first.report["placement"] == "first-use"
+    # A pin puts the graph output into sram.
+    out = single.outputs[0].name
+    pinned = stowage.compile(
+        model, pools={"sram": arena, "dram": None}, pins={out: "sram"},
+        placement="threshold=1",
+    )
+    pool_of = {t["name"]: t["pool"] for t in pinned.inspect()["tensors"]}
+    assert pool_of[out] == 0
+
+
+def test_bad_pools_are_value_errors():
+    model = TESTDATA / "mlp.onnx"
+    cases = [
+        ({"pools": {"sram": None, "dram": 1024}}, "only the last may be unbounded"),
+        ({"pools": [("sram", 1024), ("sram", None)]}, "must be 1 to 16 bytes"),
+        ({"pools": {"sram": -1, "dram": None}}, "pool `sram`: bytes must be"),
+        ({"pools": [("sram",)]}, "(name, bytes or None) pair"),
+        ({"pools": "sram=1024"}, "a dict {name: bytes or None}"),
+        ({"pins": {"x": "sram"}}, "no pools declared"),
+        ({"pools": {"sram": 1024, "dram": None}, "placement": "fastest"}, "not a placement"),
+        ({"pools": {"sram": 1024, "dram": None}, "placement": "threshold=x"}, "not a number of bytes"),
+    ]
+    for options, words in cases:
+        with pytest.raises(stowage.OptionError) as caught:
+            stowage.compile(model, **options)
+        assert words in str(caught.value), (options, str(caught.value))
+    # A pin to an unknown pool is the CLI's compile error.
+    with pytest.raises(stowage.CompileError) as caught:
+        stowage.compile(model, pools={"sram": 1024, "dram": None}, pins={"x": "tcm"})
+    assert "there is no pool `tcm`" in str(caught.value)

@@ -65,7 +65,8 @@ enum {
     STOW_ERR_RUN = 12,             /* a run stopped (e.g. an index in the data out of range) */
     STOW_ERR_NOT_RUN = 13,         /* outputs asked for before a successful run, or after
                                       an input changed through this API since */
-    STOW_ERR_PANIC = 14            /* an internal bug, caught at the boundary */
+    STOW_ERR_PANIC = 14,           /* an internal bug, caught at the boundary */
+    STOW_ERR_POOL_COUNT = 15       /* not one arena buffer per memory pool of the bundle */
 };
 
 /* "STOW_ERR_MISALIGNED", ...; "STOW_ERR_UNKNOWN" for other values. Static. */
@@ -135,6 +136,27 @@ stow_status stow_bundle_verify_weights(const stow_bundle *bundle);
  * *align (a power of two, 64 unless compiled with another --align). */
 stow_status stow_bundle_arena(const stow_bundle *bundle, size_t *bytes, size_t *align);
 
+/* ---- memory pools ------------------------------------------------------
+ * A bundle compiled with `stow compile --pool NAME=BYTES ...` splits its
+ * arena across memory pools (fast on-chip memory, slow external RAM, ...),
+ * fastest first; a session needs one buffer per pool. A bundle without
+ * pools has one, named "arena", equal to stow_bundle_arena (which, for a
+ * bundle with pools, describes pool 0). */
+
+/* One memory pool. The name stays valid until the bundle and all its
+ * sessions are freed. */
+typedef struct stow_pool_info {
+    const char *name; /* NUL-terminated, 1 to 16 bytes ("arena" without pools) */
+    size_t name_len;  /* bytes in the name, without the terminating NUL */
+    size_t bytes;     /* bytes the pool's buffer must hold */
+    size_t align;     /* the buffer starts at a multiple of this (a power of two) */
+} stow_pool_info;
+
+/* How many pools (buffers) a session needs: 1 to 8. */
+stow_status stow_bundle_pool_count(const stow_bundle *bundle, size_t *count);
+/* Describes pool `index`; STOW_ERR_NOT_FOUND when out of range. */
+stow_status stow_bundle_pool(const stow_bundle *bundle, size_t index, stow_pool_info *info);
+
 /* Graph inputs and outputs, in model order. */
 stow_status stow_bundle_input_count(const stow_bundle *bundle, size_t *count);
 stow_status stow_bundle_output_count(const stow_bundle *bundle, size_t *count);
@@ -171,11 +193,30 @@ stow_status stow_session_create(const stow_bundle *bundle, size_t threads, stow_
  * stow_session_free, and nothing but this session (and the pointers it
  * hands out) may touch it meanwhile. It is not freed by the library.
  * A bundle split across memory pools needs one buffer per pool and is
- * refused here (STOW_ERR_UNSUPPORTED); the Rust API (Session::in_buffers)
- * takes them, the C API does not yet. */
+ * refused here (STOW_ERR_POOL_COUNT): use stow_session_create_in_pools. */
 stow_status stow_session_create_in(const stow_bundle *bundle, void *arena, size_t arena_len,
                                    size_t threads, stow_session **out, char *msg,
                                    size_t msg_cap);
+
+/* One caller buffer: `len` bytes at `data`. */
+typedef struct stow_buffer {
+    void *data;
+    size_t len;
+} stow_buffer;
+
+/* A session whose memory pools are the caller's `count` buffers at
+ * `buffers`, one per pool in the bundle's order (fastest first; see
+ * stow_bundle_pool). `count` must equal stow_bundle_pool_count
+ * (STOW_ERR_POOL_COUNT); buffer p must start at a multiple of pool p's
+ * align (STOW_ERR_MISALIGNED) and hold at least its bytes
+ * (STOW_ERR_TOO_SMALL), and its data must not be NULL
+ * (STOW_ERR_NULL_ARGUMENT); the message names the pool. Each pool's bytes
+ * are zeroed here. The buffers follow the rules of stow_session_create_in;
+ * the array of records itself may be reused once this returns. Works for
+ * a bundle without pools too (count 1). */
+stow_status stow_session_create_in_pools(const stow_bundle *bundle, const stow_buffer *buffers,
+                                         size_t count, size_t threads, stow_session **out,
+                                         char *msg, size_t msg_cap);
 
 /* Stops the worker threads and frees the session. NULL is a no-op. */
 stow_status stow_session_free(stow_session *session);

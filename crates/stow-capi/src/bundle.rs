@@ -33,6 +33,37 @@ pub struct StowTensorInfo {
     pub byte_size: usize,
 }
 
+/// What `stow_bundle_pool` describes (`stow_pool_info` in C): one memory
+/// pool, whose buffer a session needs. The name stays valid until the
+/// bundle and all its sessions are freed.
+#[repr(C)]
+#[derive(Debug)]
+pub struct StowPoolInfo {
+    /// The pool's name, NUL-terminated (`arena` for a bundle without
+    /// pools).
+    pub name: *const c_char,
+    /// Bytes in the name, without the terminating NUL.
+    pub name_len: usize,
+    /// Bytes the pool's buffer must hold.
+    pub bytes: usize,
+    /// The buffer must start at a multiple of this (a power of two).
+    pub align: usize,
+}
+
+/// One memory pool, for C.
+pub(crate) struct PoolSlot {
+    /// The name and a NUL.
+    name: Vec<u8>,
+    pub(crate) bytes: usize,
+    pub(crate) align: usize,
+}
+
+impl PoolSlot {
+    pub(crate) fn display_name(&self) -> String {
+        String::from_utf8_lossy(&self.name[..self.name.len() - 1]).into_owned()
+    }
+}
+
 /// One graph input or output.
 pub(crate) struct Io {
     pub(crate) id: u32,
@@ -60,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) outputs: Vec<Io>,
     pub(crate) arena_bytes: usize,
     pub(crate) arena_align: usize,
+    /// The memory pools, fastest first (one, `arena`, without pools).
+    pub(crate) pools: Vec<PoolSlot>,
 }
 
 /// Which side of the graph.
@@ -111,6 +144,25 @@ impl Shared {
                 })
                 .collect()
         };
+        let c = bundle.contents();
+        let pools = c
+            .pool_sizes()
+            .into_iter()
+            .enumerate()
+            .map(|(p, (bytes, align))| {
+                let name = c.pools.get(p).map_or("arena", |pool| pool.name.as_str());
+                let mut c_name = name.as_bytes().to_vec();
+                c_name.push(0);
+                Ok(PoolSlot {
+                    name: c_name,
+                    bytes: usize::try_from(bytes)
+                        .map_err(|_| too_large(format!("pool `{name}` of {bytes} bytes")))?,
+                    align: usize::try_from(align).map_err(|_| {
+                        too_large(format!("the alignment {align} of pool `{name}`"))
+                    })?,
+                })
+            })
+            .collect::<Outcome<Vec<PoolSlot>>>()?;
         let inputs = describe(&bundle.contents().inputs)?;
         let outputs = describe(&bundle.contents().outputs)?;
         Ok(Shared {
@@ -118,6 +170,7 @@ impl Shared {
             outputs,
             arena_bytes,
             arena_align,
+            pools,
             bundle,
         })
     }
@@ -567,5 +620,67 @@ pub unsafe extern "C" fn stow_bundle_output_index(
             index,
             "stow_bundle_output_index",
         )
+    }
+}
+
+/// `stow_bundle_pool_count`: how many memory pools (caller buffers) a
+/// session on this bundle needs; 1 for a bundle with one arena.
+///
+/// # Safety
+///
+/// `bundle` is NULL or a live handle; `count` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn stow_bundle_pool_count(
+    bundle: *const StowBundle,
+    count: *mut usize,
+) -> StowStatus {
+    const CALL: &str = "stow_bundle_pool_count";
+    // SAFETY: passed on; `count` is checked before the write.
+    unsafe {
+        with_bundle(bundle, CALL, |s| {
+            require(count, CALL, "count")?;
+            put(count, s.pools.len());
+            Ok(())
+        })
+    }
+}
+
+/// `stow_bundle_pool`: the name, size and alignment of memory pool
+/// `index` (fastest first).
+///
+/// # Safety
+///
+/// `bundle` is NULL or a live handle; `info` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn stow_bundle_pool(
+    bundle: *const StowBundle,
+    index: usize,
+    info: *mut StowPoolInfo,
+) -> StowStatus {
+    const CALL: &str = "stow_bundle_pool";
+    // SAFETY: passed on; `info` is checked before the write.
+    unsafe {
+        with_bundle(bundle, CALL, |s| {
+            require(info, CALL, "info")?;
+            let pool = s.pools.get(index).ok_or_else(|| {
+                Failure::new(
+                    STOW_ERR_NOT_FOUND,
+                    format!(
+                        "pool index {index} is out of range: the bundle has {} pool(s)",
+                        s.pools.len()
+                    ),
+                )
+            })?;
+            put(
+                info,
+                StowPoolInfo {
+                    name: pool.name.as_ptr().cast(),
+                    name_len: pool.name.len() - 1,
+                    bytes: pool.bytes,
+                    align: pool.align,
+                },
+            );
+            Ok(())
+        })
     }
 }

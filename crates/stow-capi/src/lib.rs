@@ -29,13 +29,14 @@ mod session;
 pub use bundle::{
     stow_bundle_arena, stow_bundle_free, stow_bundle_input, stow_bundle_input_count,
     stow_bundle_input_index, stow_bundle_last_error, stow_bundle_open, stow_bundle_open_bytes,
-    stow_bundle_output, stow_bundle_output_count, stow_bundle_output_index,
-    stow_bundle_verify_weights, StowBundle, StowTensorInfo,
+    stow_bundle_output, stow_bundle_output_count, stow_bundle_output_index, stow_bundle_pool,
+    stow_bundle_pool_count, stow_bundle_verify_weights, StowBundle, StowPoolInfo, StowTensorInfo,
 };
 pub use session::{
-    stow_session_copy_output, stow_session_create, stow_session_create_in, stow_session_free,
-    stow_session_input_buffer, stow_session_last_error, stow_session_output, stow_session_run,
-    stow_session_set_input, stow_session_set_input_at, StowSession,
+    stow_session_copy_output, stow_session_create, stow_session_create_in,
+    stow_session_create_in_pools, stow_session_free, stow_session_input_buffer,
+    stow_session_last_error, stow_session_output, stow_session_run, stow_session_set_input,
+    stow_session_set_input_at, StowBuffer, StowSession,
 };
 
 use std::ffi::{c_char, CStr, CString};
@@ -80,6 +81,9 @@ pub const STOW_ERR_RUN: StowStatus = 12;
 pub const STOW_ERR_NOT_RUN: StowStatus = 13;
 /// A bug inside the library was caught at the boundary (a panic).
 pub const STOW_ERR_PANIC: StowStatus = 14;
+/// The number of arena buffers given differs from the bundle's number of
+/// memory pools (`stow_bundle_pool_count`).
+pub const STOW_ERR_POOL_COUNT: StowStatus = 15;
 
 /// The name of a status code, as a static NUL-terminated string
 /// (`"STOW_ERR_MISALIGNED"`; `"STOW_ERR_UNKNOWN"` for a code not listed).
@@ -102,6 +106,7 @@ pub extern "C" fn stow_status_name(status: StowStatus) -> *const c_char {
         STOW_ERR_RUN => c"STOW_ERR_RUN",
         STOW_ERR_NOT_RUN => c"STOW_ERR_NOT_RUN",
         STOW_ERR_PANIC => c"STOW_ERR_PANIC",
+        STOW_ERR_POOL_COUNT => c"STOW_ERR_POOL_COUNT",
         _ => c"STOW_ERR_UNKNOWN",
     };
     name.as_ptr()

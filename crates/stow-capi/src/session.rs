@@ -1,16 +1,37 @@
 //! `stow_session_*`: a prepared model over an arena, inputs in, run,
 //! outputs out.
 
-use crate::bundle::{Shared, Side, StowBundle};
+use crate::bundle::{PoolSlot, Shared, Side, StowBundle};
 use crate::{
     c_name, guarded, put, report_to, require, ErrorSlot, Failure, Outcome, StowStatus,
     STOW_ERR_INVALID_ARGUMENT, STOW_ERR_MISALIGNED, STOW_ERR_NOT_FOUND, STOW_ERR_NOT_RUN,
-    STOW_ERR_NULL_ARGUMENT, STOW_ERR_OUT_OF_MEMORY, STOW_ERR_RUN, STOW_ERR_SIZE_MISMATCH,
-    STOW_ERR_THREADS, STOW_ERR_TOO_SMALL, STOW_ERR_UNSUPPORTED, STOW_OK,
+    STOW_ERR_NULL_ARGUMENT, STOW_ERR_OUT_OF_MEMORY, STOW_ERR_POOL_COUNT, STOW_ERR_RUN,
+    STOW_ERR_SIZE_MISMATCH, STOW_ERR_THREADS, STOW_ERR_TOO_SMALL, STOW_ERR_UNSUPPORTED, STOW_OK,
 };
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use stow_runtime::{ArenaError, Bundle, Session, SessionError};
+
+/// One caller buffer (`stow_buffer` in C): `len` bytes at `data`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct StowBuffer {
+    /// The buffer's first byte.
+    pub data: *mut c_void,
+    /// Bytes in the buffer.
+    pub len: usize,
+}
+
+/// Where a session's arena comes from.
+enum Memory {
+    /// Allocated by the runtime.
+    Allocate,
+    /// `stow_session_create_in`: one caller buffer.
+    One(StowBuffer),
+    /// `stow_session_create_in_pools`: `count` caller buffers at `buffers`,
+    /// one per pool.
+    Pools(*const StowBuffer, usize),
+}
 
 /// A session (`stow_session` in C).
 pub struct StowSession {
@@ -30,8 +51,8 @@ fn session_failure(e: SessionError) -> Failure {
             ArenaError::Alloc { .. } => STOW_ERR_OUT_OF_MEMORY,
             ArenaError::Misaligned { .. } => STOW_ERR_MISALIGNED,
             ArenaError::TooSmall { .. } => STOW_ERR_TOO_SMALL,
-            // One caller buffer for a bundle split across memory pools.
-            ArenaError::PoolCount { .. } => STOW_ERR_UNSUPPORTED,
+            // Not one caller buffer per memory pool.
+            ArenaError::PoolCount { .. } => STOW_ERR_POOL_COUNT,
         },
         SessionError::Unsupported { .. } => STOW_ERR_UNSUPPORTED,
         SessionError::NoThreads => STOW_ERR_INVALID_ARGUMENT,
@@ -47,12 +68,13 @@ fn session_failure(e: SessionError) -> Failure {
 /// # Safety
 ///
 /// `bundle` is NULL or a live handle; `out` NULL or valid for a write;
-/// `arena` is NULL (allocate) or `arena_len` writable bytes that nothing
-/// else touches until the session is freed.
+/// each caller buffer of `arena` is NULL or its `len` writable bytes that
+/// nothing else touches until the session is freed, and the records of
+/// [`Memory::Pools`] are NULL or `count` readable ones.
 unsafe fn create(
     call: &str,
     bundle: *const StowBundle,
-    arena: Option<(*mut c_void, usize)>,
+    arena: Memory,
     threads: usize,
     out: *mut *mut StowSession,
 ) -> Outcome {
@@ -69,21 +91,40 @@ unsafe fn create(
     // lifetime.
     let b: &'static Bundle = unsafe { &*std::ptr::addr_of!(shared.bundle) };
     let session = match arena {
-        None => Session::with_threads(b, threads),
-        Some((pointer, len)) => {
-            require(pointer, call, "arena")?;
-            if len > isize::MAX as usize {
+        Memory::Allocate => Session::with_threads(b, threads),
+        Memory::One(buffer) => {
+            // SAFETY: the caller's contract on `arena`, passed on.
+            let buffer = unsafe { lend(buffer, call, "arena", None) }?;
+            Session::in_buffer(b, buffer, threads)
+        }
+        Memory::Pools(buffers, count) => {
+            require(buffers, call, "buffers")?;
+            let pools = &shared.pools;
+            if count != pools.len() {
+                let sizes: Vec<String> = pools
+                    .iter()
+                    .map(|p| format!("{} ({} bytes)", p.display_name(), p.bytes))
+                    .collect();
                 return Err(Failure::new(
-                    STOW_ERR_INVALID_ARGUMENT,
-                    format!("{call}: {len} bytes is more than any buffer holds"),
+                    STOW_ERR_POOL_COUNT,
+                    format!(
+                        "{call}: {count} buffers given, the bundle plans {} memory pool(s): {}",
+                        pools.len(),
+                        sizes.join(", ")
+                    ),
                 ));
             }
-            // SAFETY: non-NULL, `arena_len` writable bytes (at most
-            // isize::MAX) that the caller gives this session alone until
-            // it is freed; the session is dropped in `stow_session_free`.
-            let buffer: &'static mut [u8] =
-                unsafe { std::slice::from_raw_parts_mut(pointer.cast(), len) };
-            Session::in_buffer(b, buffer, threads)
+            // SAFETY: non-NULL, `count` readable records (the caller's
+            // contract), copied out before any is used.
+            let given: Vec<StowBuffer> =
+                unsafe { std::slice::from_raw_parts(buffers, count) }.to_vec();
+            let mut lent = Vec::with_capacity(count);
+            for (p, (buffer, pool)) in given.into_iter().zip(pools).enumerate() {
+                // SAFETY: each record is `len` writable bytes the caller
+                // gives this session alone (the caller's contract).
+                lent.push(unsafe { lend(buffer, call, "buffers[].data", Some((p, pool))) }?);
+            }
+            Session::in_buffers(b, lent, threads)
         }
     }
     .map_err(session_failure)?;
@@ -114,7 +155,9 @@ pub unsafe extern "C" fn stow_session_create(
 ) -> StowStatus {
     const CALL: &str = "stow_session_create";
     // SAFETY: passed on from the caller.
-    let outcome = guarded(CALL, || unsafe { create(CALL, bundle, None, threads, out) });
+    let outcome = guarded(CALL, || unsafe {
+        create(CALL, bundle, Memory::Allocate, threads, out)
+    });
     // SAFETY: the caller's contract on `msg`.
     unsafe { report_to(msg, msg_cap, outcome) }
 }
@@ -139,7 +182,102 @@ pub unsafe extern "C" fn stow_session_create_in(
     const CALL: &str = "stow_session_create_in";
     let outcome = guarded(CALL, || {
         // SAFETY: passed on from the caller.
-        unsafe { create(CALL, bundle, Some((arena, arena_len)), threads, out) }
+        unsafe {
+            let buffer = StowBuffer {
+                data: arena,
+                len: arena_len,
+            };
+            create(CALL, bundle, Memory::One(buffer), threads, out)
+        }
+    });
+    // SAFETY: the caller's contract on `msg`.
+    unsafe { report_to(msg, msg_cap, outcome) }
+}
+
+/// A caller's buffer as the bytes a session keeps. With `pool` (its index
+/// and description) a buffer not aligned to the pool or smaller than it is
+/// refused here, naming the pool; one buffer for a whole bundle is checked
+/// by the runtime.
+///
+/// # Safety
+///
+/// `buffer.data` is NULL or `buffer.len` writable bytes that the caller
+/// gives the session alone until it is freed.
+unsafe fn lend(
+    buffer: StowBuffer,
+    call: &str,
+    what: &str,
+    pool: Option<(usize, &PoolSlot)>,
+) -> Outcome<&'static mut [u8]> {
+    let StowBuffer { data, len } = buffer;
+    let named = |p: usize, slot: &PoolSlot| format!("buffer {p} (pool `{}`)", slot.display_name());
+    if data.is_null() {
+        return Err(match pool {
+            Some((p, slot)) => Failure::new(
+                STOW_ERR_NULL_ARGUMENT,
+                format!("{call}: {} is NULL", named(p, slot)),
+            ),
+            None => Failure::null(call, what),
+        });
+    }
+    if len > isize::MAX as usize {
+        return Err(Failure::new(
+            STOW_ERR_INVALID_ARGUMENT,
+            format!("{call}: {len} bytes is more than any buffer holds"),
+        ));
+    }
+    if let Some((p, slot)) = pool {
+        if !(data as usize).is_multiple_of(slot.align) {
+            return Err(Failure::new(
+                STOW_ERR_MISALIGNED,
+                format!(
+                    "{call}: {} at {:#x} is not aligned to {} bytes",
+                    named(p, slot),
+                    data as usize,
+                    slot.align
+                ),
+            ));
+        }
+        if len < slot.bytes {
+            return Err(Failure::new(
+                STOW_ERR_TOO_SMALL,
+                format!(
+                    "{call}: {} holds {len} bytes, the pool needs {}",
+                    named(p, slot),
+                    slot.bytes
+                ),
+            ));
+        }
+    }
+    // SAFETY: non-NULL, `len` writable bytes (at most isize::MAX) that the
+    // caller gives this session alone until it is freed; the session is
+    // dropped in `stow_session_free`.
+    Ok(unsafe { std::slice::from_raw_parts_mut(data.cast(), len) })
+}
+
+/// `stow_session_create_in_pools`: a session whose memory pools are the
+/// caller's `count` buffers at `buffers`, one per pool, fastest first.
+///
+/// # Safety
+///
+/// As [`stow_session_create`]; `buffers` is NULL or `count` readable
+/// records, each NULL or `len` writable bytes that only this session
+/// touches until it is freed (the records themselves may go after the
+/// call).
+#[no_mangle]
+pub unsafe extern "C" fn stow_session_create_in_pools(
+    bundle: *const StowBundle,
+    buffers: *const StowBuffer,
+    count: usize,
+    threads: usize,
+    out: *mut *mut StowSession,
+    msg: *mut c_char,
+    msg_cap: usize,
+) -> StowStatus {
+    const CALL: &str = "stow_session_create_in_pools";
+    let outcome = guarded(CALL, || {
+        // SAFETY: passed on from the caller.
+        unsafe { create(CALL, bundle, Memory::Pools(buffers, count), threads, out) }
     });
     // SAFETY: the caller's contract on `msg`.
     unsafe { report_to(msg, msg_cap, outcome) }

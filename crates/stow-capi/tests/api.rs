@@ -636,11 +636,283 @@ fn handles_may_be_freed_in_any_order_and_used_across_threads() {
 
 #[test]
 fn status_names_cover_every_code() {
-    let names: Vec<String> = (0..=14).map(status).collect();
+    let names: Vec<String> = (0..=15).map(status).collect();
     assert_eq!(names[0], "STOW_OK");
     assert_eq!(names[5], "STOW_ERR_MISALIGNED");
     assert_eq!(names[14], "STOW_ERR_PANIC");
+    assert_eq!(names[15], "STOW_ERR_POOL_COUNT");
     assert!(names.iter().all(|n| n != "STOW_ERR_UNKNOWN"));
-    assert_eq!(status(15), "STOW_ERR_UNKNOWN");
+    assert_eq!(status(16), "STOW_ERR_UNKNOWN");
     assert_eq!(status(-1), "STOW_ERR_UNKNOWN");
+}
+
+/// testdata/`model`.onnx compiled with a fast pool of `sram` bytes and an
+/// unbounded slow one.
+fn compiled_in_pools(model: &str, sram: u64) -> Vec<u8> {
+    let path = root().join("testdata").join(format!("{model}.onnx"));
+    let pools = vec![
+        stow_compile::PoolSpec {
+            name: "sram".into(),
+            capacity: Some(sram),
+        },
+        stow_compile::PoolSpec {
+            name: "dram".into(),
+            capacity: None,
+        },
+    ];
+    let options = stow_compile::CompileOptions {
+        pools,
+        ..stow_compile::CompileOptions::default()
+    };
+    stow_compile::compile(&path, &options)
+        .unwrap()
+        .bytes()
+        .to_vec()
+}
+
+fn pool_of(b: *const StowBundle, index: usize) -> (StowStatus, String, usize, usize) {
+    let mut p = StowPoolInfo {
+        name: null(),
+        name_len: 0,
+        bytes: 0,
+        align: 0,
+    };
+    // SAFETY: a live handle and a valid out-pointer.
+    let st = unsafe { stow_bundle_pool(b, index, &mut p) };
+    let name = if p.name.is_null() {
+        String::new()
+    } else {
+        assert_eq!(text(p.name).len(), p.name_len);
+        text(p.name)
+    };
+    (st, name, p.bytes, p.align)
+}
+
+fn pool_count(b: *const StowBundle) -> usize {
+    let mut n = 0;
+    // SAFETY: a live handle and a valid out-pointer.
+    assert_eq!(unsafe { stow_bundle_pool_count(b, &mut n) }, STOW_OK);
+    n
+}
+
+fn create_in_pools(
+    b: *const StowBundle,
+    buffers: &[StowBuffer],
+) -> (StowStatus, *mut StowSession, String) {
+    let mut msg = Msg::new();
+    let mut s = 0x10 as *mut StowSession; // must be overwritten
+                                          // SAFETY: each buffer is `len` writable bytes owned by the test for
+                                          // longer than the session lives.
+    let st = unsafe {
+        stow_session_create_in_pools(
+            b,
+            buffers.as_ptr(),
+            buffers.len(),
+            1,
+            &mut s,
+            msg.ptr(),
+            512,
+        )
+    };
+    (st, s, msg.text())
+}
+
+#[test]
+fn a_pooled_bundle_runs_in_one_caller_buffer_per_pool() {
+    let single = compiled("mlp");
+    let bytes = compiled_in_pools("mlp", 512);
+    let mut buffer = Aligned::of(&bytes);
+    let b = open(&mut buffer, bytes.len());
+    assert_eq!(pool_count(b), 2);
+    let (st, name, sram_bytes, align) = pool_of(b, 0);
+    assert_eq!((status(st).as_str(), name.as_str()), ("STOW_OK", "sram"));
+    assert!(sram_bytes <= 512 && align == 64);
+    let (st, name, dram_bytes, _) = pool_of(b, 1);
+    assert_eq!((status(st).as_str(), name.as_str()), ("STOW_OK", "dram"));
+    assert!(dram_bytes > 0);
+    // Pool 0 is what stow_bundle_arena describes.
+    assert_eq!(arena_of(b), (sram_bytes, align));
+    let (st, ..) = pool_of(b, 2);
+    assert_eq!(status(st), "STOW_ERR_NOT_FOUND");
+    assert!(
+        bundle_error(b).contains("out of range"),
+        "{}",
+        bundle_error(b)
+    );
+
+    let mut sram = Aligned::new(sram_bytes);
+    let mut dram = Aligned::new(dram_bytes);
+    sram.bytes_mut().fill(0xA5);
+    dram.bytes_mut().fill(0x5A);
+    let buffers = [
+        StowBuffer {
+            data: sram.ptr().cast(),
+            len: sram_bytes,
+        },
+        StowBuffer {
+            data: dram.ptr().cast(),
+            len: dram_bytes,
+        },
+    ];
+    let (st, s, msg) = create_in_pools(b, &buffers);
+    assert_eq!(status(st), "STOW_OK", "{msg}");
+    let values: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut got = vec![0u8; 40];
+    // SAFETY: live handles, buffers of the stated sizes.
+    unsafe {
+        let st = stow_session_set_input_at(s, 0, values.as_ptr().cast(), 256);
+        assert_eq!(status(st), "STOW_OK", "{}", session_error(s));
+        assert_eq!(stow_session_run(s), STOW_OK, "{}", session_error(s));
+        let st = stow_session_copy_output(s, 0, got.as_mut_ptr().cast(), got.len());
+        assert_eq!(status(st), "STOW_OK", "{}", session_error(s));
+    }
+    assert_eq!(
+        got,
+        rust_output(&single, &values),
+        "pooled from C differs from one arena in Rust"
+    );
+    // The input lies in one of the caller's buffers.
+    let (mut data, mut len) = (null_mut(), 0);
+    // SAFETY: live handle, valid out-pointers.
+    unsafe {
+        assert_eq!(
+            stow_session_input_buffer(s, 0, &mut data, &mut len),
+            STOW_OK
+        )
+    };
+    let inside = |buf: &mut Aligned, n: usize| {
+        let start = buf.ptr() as usize;
+        (data as usize) >= start && (data as usize) + len <= start + n
+    };
+    assert!(inside(&mut sram, sram_bytes) || inside(&mut dram, dram_bytes));
+    // SAFETY: handles from this test, freed once.
+    unsafe {
+        assert_eq!(stow_session_free(s), STOW_OK);
+        assert_eq!(stow_bundle_free(b), STOW_OK);
+    }
+}
+
+#[test]
+fn wrong_pool_buffers_are_refused_naming_the_pool() {
+    let bytes = compiled_in_pools("residual_cnn", 16384);
+    let mut buffer = Aligned::of(&bytes);
+    let b = open(&mut buffer, bytes.len());
+    let (_, _, sram_bytes, _) = pool_of(b, 0);
+    let (_, _, dram_bytes, _) = pool_of(b, 1);
+    assert!(sram_bytes > 64 && dram_bytes > 64);
+    let mut sram = Aligned::new(sram_bytes);
+    let mut dram = Aligned::new(dram_bytes);
+    let good = [
+        StowBuffer {
+            data: sram.ptr().cast(),
+            len: sram_bytes,
+        },
+        StowBuffer {
+            data: dram.ptr().cast(),
+            len: dram_bytes,
+        },
+    ];
+    let refused = |buffers: &[StowBuffer], code: &str, words: &[&str]| {
+        let (st, s, msg) = create_in_pools(b, buffers);
+        assert_eq!(status(st), code, "{msg}");
+        assert!(s.is_null(), "*out is set to NULL on failure");
+        for w in words {
+            assert!(msg.contains(w), "`{w}` missing from: {msg}");
+        }
+    };
+    // Wrong count: one buffer, or three.
+    refused(
+        &good[..1],
+        "STOW_ERR_POOL_COUNT",
+        &["1 buffers given", "2 memory pool", "sram", "dram"],
+    );
+    refused(
+        &[good[0], good[1], good[1]],
+        "STOW_ERR_POOL_COUNT",
+        &["3 buffers given"],
+    );
+    // A single-buffer call on a pooled bundle says the same.
+    let (st, s, msg) = create_in(b, sram.ptr(), sram_bytes);
+    assert_eq!(status(st), "STOW_ERR_POOL_COUNT", "{msg}");
+    assert!(s.is_null());
+    // Too small, misaligned, NULL: each names the pool.
+    let mut short = good;
+    short[1].len = dram_bytes - 1;
+    refused(
+        &short,
+        "STOW_ERR_TOO_SMALL",
+        &["buffer 1 (pool `dram`)", &format!("needs {dram_bytes}")],
+    );
+    let mut skewed = good;
+    // SAFETY: one byte into a buffer with 64 spare bytes.
+    skewed[0].data = unsafe { sram.ptr().add(1) }.cast();
+    refused(
+        &skewed,
+        "STOW_ERR_MISALIGNED",
+        &["buffer 0 (pool `sram`)", "aligned to 64"],
+    );
+    let mut missing = good;
+    missing[1].data = null_mut();
+    refused(
+        &missing,
+        "STOW_ERR_NULL_ARGUMENT",
+        &["buffer 1 (pool `dram`) is NULL"],
+    );
+    refused(&[], "STOW_ERR_POOL_COUNT", &["0 buffers given"]);
+    let mut msg = Msg::new();
+    let mut s = null_mut();
+    // SAFETY: NULL records are refused before any is read.
+    let st = unsafe { stow_session_create_in_pools(b, null(), 2, 1, &mut s, msg.ptr(), 512) };
+    assert_eq!(status(st), "STOW_ERR_NULL_ARGUMENT", "{}", msg.text());
+    // And the good ones work.
+    let (st, s, msg) = create_in_pools(b, &good);
+    assert_eq!(status(st), "STOW_OK", "{msg}");
+    // SAFETY: handles from this test, freed once.
+    unsafe {
+        assert_eq!(stow_session_free(s), STOW_OK);
+        assert_eq!(stow_bundle_free(b), STOW_OK);
+    }
+}
+
+/// A bundle without pools has one, `arena`, and takes one buffer through
+/// the pools call too.
+#[test]
+fn a_single_arena_bundle_is_one_pool() {
+    let bytes = compiled("mlp");
+    let mut buffer = Aligned::of(&bytes);
+    let b = open(&mut buffer, bytes.len());
+    assert_eq!(pool_count(b), 1);
+    let (st, name, pool_bytes, align) = pool_of(b, 0);
+    assert_eq!(status(st), "STOW_OK");
+    assert_eq!(
+        (name.as_str(), pool_bytes, align),
+        ("arena", arena_of(b).0, arena_of(b).1)
+    );
+    let mut arena = Aligned::new(pool_bytes);
+    let one = [StowBuffer {
+        data: arena.ptr().cast(),
+        len: pool_bytes,
+    }];
+    let (st, s, msg) = create_in_pools(b, &one);
+    assert_eq!(status(st), "STOW_OK", "{msg}");
+    // NULL handles and out-pointers are errors.
+    let mut n = 0;
+    // SAFETY: every pointer is either NULL (what is tested) or valid.
+    unsafe {
+        assert_eq!(
+            stow_bundle_pool_count(null(), &mut n),
+            STOW_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(
+            stow_bundle_pool_count(b, null_mut()),
+            STOW_ERR_NULL_ARGUMENT
+        );
+        assert_eq!(stow_bundle_pool(b, 0, null_mut()), STOW_ERR_NULL_ARGUMENT);
+        assert!(bundle_error(b).contains("`info` is NULL"));
+    }
+    // SAFETY: handles from this test, freed once.
+    unsafe {
+        assert_eq!(stow_session_free(s), STOW_OK);
+        assert_eq!(stow_bundle_free(b), STOW_OK);
+    }
 }

@@ -51,18 +51,155 @@ fn compile_with_pools_reports_them_and_inspect_agrees() {
             assert!(end <= pool["bytes"].as_u64().unwrap(), "{}", t["name"]);
         }
     }
-    // The text form lists the pools too; pictures are refused, not wrong.
+    // The text form lists the pools too.
     let o = stow(&["inspect", &out.display().to_string()]);
     assert!(stdout(&o).contains("pools\n  sram"), "{}", stdout(&o));
-    let svg = dir.path().join("t.svg");
+}
+
+/// The pictures of a pooled bundle draw one panel per pool, each over its
+/// own addresses: every arena tensor once, in its pool's panel.
+#[test]
+fn pictures_of_a_pooled_bundle_draw_one_panel_per_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("residual_cnn.onnx");
+    let out = dir.path().join("r.stow");
+    let json = compile_and_inspect(&model, &out, &["--pool", "sram=16384", "--pool", "dram"]);
+    let pools = json["pools"].as_array().unwrap();
+    let tensors = json["tensors"].as_array().unwrap();
+    let in_pool = |p: u64| {
+        tensors
+            .iter()
+            .filter(|t| t["region"] == "arena" && t["pool"].as_u64() == Some(p))
+            .count()
+    };
+    assert!(in_pool(0) > 0 && in_pool(1) > 0, "both pools hold tensors");
+    let (svg, html) = (dir.path().join("r.svg"), dir.path().join("r.html"));
+    let b = out.display().to_string();
     let o = stow(&[
         "inspect",
-        &out.display().to_string(),
+        &b,
         "--svg",
         &svg.display().to_string(),
+        "--html",
+        &html.display().to_string(),
     ]);
-    assert!(!o.status.success() && stderr(&o).contains("memory pools"));
-    assert!(!svg.exists());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("one panel per pool"), "{}", stderr(&o));
+
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    let panels: Vec<&str> = svg.split(r#"<g class="pool-panel""#).skip(1).collect();
+    assert_eq!(panels.len(), 2, "one panel per pool");
+    for (p, (panel, pool)) in panels.iter().zip(pools).enumerate() {
+        let name = pool["name"].as_str().unwrap();
+        let bytes = pool["bytes"].as_u64().unwrap();
+        assert!(
+            panel.starts_with(&format!(r#" data-pool="{name}""#)),
+            "panel {p} is not {name}"
+        );
+        // Its own address axis: sized to the pool, not the whole arena.
+        assert!(
+            panel.contains(&format!(r#"data-bytes="{bytes}""#)),
+            "panel {name}"
+        );
+        assert!(panel.contains(&format!("pool {name} ({} of 2)", p + 1)));
+        assert!(panel.contains("% full at its peak"));
+        // Only its pool's tensors (after the last panel come the step
+        // axis and the legend, which draw no tensor).
+        assert_eq!(
+            panel.matches("<rect data-id=").count(),
+            in_pool(p as u64),
+            "panel {name}: its tensors"
+        );
+    }
+    assert_eq!(
+        svg.matches("<rect data-id=").count(),
+        in_pool(0) + in_pool(1)
+    );
+
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(html.matches(r#"<section class="pool-panel""#).count(), 2);
+    assert_eq!(html.matches("<iframe").count(), 2);
+    for pool in pools {
+        let name = pool["name"].as_str().unwrap();
+        assert!(html.contains(&format!(r#"data-pool="{name}""#)), "{name}");
+    }
+
+    let o = stow(&["inspect", &b, "--chart"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let chart = stdout(&o);
+    assert!(chart.contains("pool sram (1 of 2):"), "{chart}");
+    assert!(chart.contains("pool dram (2 of 2):"), "{chart}");
+    assert!(chart.lines().all(|l| l.chars().count() <= 100));
+}
+
+/// `--placement threshold=BYTES`: the operands of the steps above the
+/// threshold are in dram, and the bundle runs like the model.
+#[test]
+fn threshold_placement_compiles_runs_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("residual_cnn.onnx");
+    let out = dir.path().join("t.stow");
+    let o = stow(&[
+        "compile",
+        &model.display().to_string(),
+        "-o",
+        &out.display().to_string(),
+        "--pool",
+        "sram=1048576",
+        "--pool",
+        "dram",
+        "--placement",
+        "threshold=16384",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("placement threshold=16384"),
+        "{}",
+        stdout(&o)
+    );
+    let json = compile_and_inspect(
+        &model,
+        &out,
+        &[
+            "--pool",
+            "sram=1048576",
+            "--pool",
+            "dram",
+            "--placement",
+            "threshold=16384",
+        ],
+    );
+    let tensors = json["tensors"].as_array().unwrap();
+    let count = |p: u64| {
+        tensors
+            .iter()
+            .filter(|t| t["region"] == "arena" && t["pool"].as_u64() == Some(p))
+            .count()
+    };
+    assert!(
+        count(0) > 0 && count(1) > 0,
+        "{} in sram, {} in dram",
+        count(0),
+        count(1)
+    );
+    let (m, b) = (model.display().to_string(), out.display().to_string());
+    let o = stow(&["run", &b, "--check", &m]);
+    assert!(o.status.success(), "run --check: {}", stderr(&o));
+    let o = stow(&["verify", &m, &b]);
+    assert!(stdout(&o).contains("PASS"), "{}{}", stdout(&o), stderr(&o));
+    let o = stow(&[
+        "compile",
+        &m,
+        "-o",
+        &b,
+        "--pool",
+        "sram=1024",
+        "--pool",
+        "dram",
+        "--placement",
+        "threshold=lots",
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("threshold=lots"));
 }
 
 #[test]

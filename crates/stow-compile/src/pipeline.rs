@@ -4,7 +4,7 @@ use crate::compare::{compare, Comparison};
 use crate::contents::{bundle_contents, plan_scratch, PlannedModel};
 use crate::error::CompileError;
 use crate::options::CompileOptions;
-use crate::pools;
+use crate::pools::{self, Placement};
 use crate::report::{Report, ReportInputs};
 use std::fmt;
 use std::path::Path;
@@ -96,7 +96,9 @@ impl fmt::Debug for Compiled {
 /// With [`CompileOptions::pools`], the pins are applied first (a pinned
 /// tensor larger than its pool is refused, [`CompileError::Pools`]), the
 /// unpinned buffers are offered to the bounded pools in the order of
-/// [`CompileOptions::placement`], and each pool is planned and checked as
+/// [`CompileOptions::placement`] (with [`Placement::Threshold`], the
+/// operands of steps over the threshold are first sent to the last pool),
+/// and each pool is planned and checked as
 /// one arena; the bundle lists the pools and each tensor's pool.
 ///
 /// Each stage's failure is its own [`CompileError`] variant. Nothing is
@@ -168,6 +170,12 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
                 path: path(),
                 source,
             })?;
+        let pooled = match options.placement {
+            Placement::Threshold(threshold) => {
+                pools::apply_threshold(&graph, &buffer_of, pooled, &options.pools, threshold).0
+            }
+            _ => pooled,
+        };
         let orders = pools::admission_orders(&pooled, &traffic, options.placement);
         (pooled, orders.into_iter().map(Some).collect())
     };

@@ -7,7 +7,10 @@
 //! by default the buffers whose bytes are touched most per byte stored
 //! come first ([`Placement::Gain`]), so a small fast pool holds the
 //! tensors that save the most slow traffic; [`Placement::FirstUse`] is
-//! the first-come, first-served baseline.
+//! the first-come, first-served baseline; [`Placement::Threshold`] is the
+//! layer-group threshold of method M3: the tensors of a step whose working
+//! set exceeds a threshold go to the slowest pool, the rest share the
+//! faster ones.
 
 use stow_onnx::ModelGraph;
 use stow_plan::{Plan, Pool, PoolId, Problem};
@@ -49,14 +52,55 @@ pub enum Placement {
     /// In order of first use: the baseline of a runtime that puts each
     /// tensor into fast memory when it is created, if it still fits.
     FirstUse,
+    /// The layer-group threshold of method M3 (`--placement
+    /// threshold=BYTES`): every arena tensor of a step whose working set —
+    /// the bytes of the distinct buffers it reads, writes and uses as
+    /// scratch — exceeds the threshold is placed in the last (slowest)
+    /// pool; the other buffers are offered to the faster pools in order of
+    /// first use, and those that do not fit go to the last pool too.
+    /// `None` takes the capacity of the fastest pool as the threshold
+    /// (`--placement threshold`): a step that could not hold all its
+    /// operands in fast memory keeps none of them there. Pins win over the
+    /// threshold.
+    Threshold(Option<u64>),
 }
 
 impl Placement {
-    /// The name `--placement` takes (`gain`, `first-use`).
+    /// The policy's name (`gain`, `first-use`, `threshold`).
     pub fn name(self) -> &'static str {
         match self {
             Placement::Gain => "gain",
             Placement::FirstUse => "first-use",
+            Placement::Threshold(_) => "threshold",
+        }
+    }
+
+    /// Parses what `--placement` takes: `gain`, `first-use`, `threshold`
+    /// or `threshold=BYTES`.
+    pub fn parse(s: &str) -> Result<Placement, String> {
+        match s {
+            "gain" => Ok(Placement::Gain),
+            "first-use" => Ok(Placement::FirstUse),
+            "threshold" => Ok(Placement::Threshold(None)),
+            _ => match s.strip_prefix("threshold=") {
+                Some(bytes) => bytes
+                    .parse::<u64>()
+                    .map(|b| Placement::Threshold(Some(b)))
+                    .map_err(|_| format!("`{bytes}` in `{s}` is not a number of bytes")),
+                None => Err(format!(
+                    "`{s}` is not a placement (gain, first-use, threshold, threshold=BYTES)"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    /// The form [`Placement::parse`] reads back (`threshold=65536`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Placement::Threshold(Some(bytes)) => write!(f, "threshold={bytes}"),
+            other => f.write_str(other.name()),
         }
     }
 }
@@ -123,7 +167,7 @@ pub fn admission(problem: &Problem, traffic: &[u64], placement: Placement) -> Ve
                 .then(ba.lifetime.start.cmp(&bb.lifetime.start))
                 .then(a.cmp(&b))
         }),
-        Placement::FirstUse => {
+        Placement::FirstUse | Placement::Threshold(_) => {
             order.sort_by_key(|&i| (problem.buffers[i].lifetime.start, i));
         }
     }
@@ -132,10 +176,13 @@ pub fn admission(problem: &Problem, traffic: &[u64], placement: Placement) -> Ve
 
 /// The admission orders to plan for `placement`, the preferred one first:
 /// for [`Placement::Gain`] the density order, then first use, then
-/// largest first; for [`Placement::FirstUse`] first use alone.
+/// largest first; for [`Placement::FirstUse`] and
+/// [`Placement::Threshold`] first use alone.
 pub fn admission_orders(problem: &Problem, traffic: &[u64], placement: Placement) -> Vec<Vec<u32>> {
     match placement {
-        Placement::FirstUse => vec![admission(problem, traffic, Placement::FirstUse)],
+        Placement::FirstUse | Placement::Threshold(_) => {
+            vec![admission(problem, traffic, Placement::FirstUse)]
+        }
         Placement::Gain => {
             let mut largest: Vec<u32> = (0..problem.buffers.len() as u32).collect();
             largest.sort_by_key(|&i| {
@@ -341,6 +388,73 @@ pub fn apply(
         })
         .collect();
     Ok(out.with_pools(declared))
+}
+
+/// The working set of each step: the bytes of the distinct arena buffers
+/// it reads, writes or uses as scratch (a buffer two operands share, by
+/// an alias, counts once).
+pub fn working_sets(
+    graph: &ModelGraph,
+    buffer_of: &[Option<usize>],
+    problem: &Problem,
+) -> Vec<u64> {
+    graph
+        .ops
+        .iter()
+        .map(|op| {
+            let mut seen: Vec<usize> = op
+                .inputs
+                .iter()
+                .chain(&op.outputs)
+                .chain(&op.scratch)
+                .filter_map(|&t| buffer_of.get(t).copied().flatten())
+                .filter(|&b| b < problem.buffers.len())
+                .collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen.iter()
+                .map(|&b| problem.buffers[b].size)
+                .fold(0u64, u64::saturating_add)
+        })
+        .collect()
+}
+
+/// [`Placement::Threshold`] applied to a problem whose pools are declared
+/// (and pins applied, [`apply`]): every buffer not pinned yet that is an
+/// operand of a step whose working set exceeds `threshold` (`None`: the
+/// first pool's capacity) is pinned to the last pool. Returns the problem
+/// and how many buffers were sent there.
+pub fn apply_threshold(
+    graph: &ModelGraph,
+    buffer_of: &[Option<usize>],
+    problem: Problem,
+    pools: &[PoolSpec],
+    threshold: Option<u64>,
+) -> (Problem, usize) {
+    let Some(last) = pools.len().checked_sub(1) else {
+        return (problem, 0);
+    };
+    let threshold = threshold
+        .or_else(|| pools.first().and_then(|p| p.capacity))
+        .unwrap_or(u64::MAX);
+    let sets = working_sets(graph, buffer_of, &problem);
+    let mut out = problem;
+    let mut sent = 0;
+    for (op, &set) in graph.ops.iter().zip(&sets) {
+        if set <= threshold {
+            continue;
+        }
+        for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
+            let Some(Some(b)) = buffer_of.get(t) else {
+                continue;
+            };
+            if let Some(buffer) = out.buffers.get_mut(*b).filter(|b| b.pool.is_none()) {
+                buffer.pool = Some(PoolId(last as u32));
+                sent += 1;
+            }
+        }
+    }
+    (out, sent)
 }
 
 /// What each pool holds and serves under `plan`.

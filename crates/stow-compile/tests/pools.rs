@@ -313,3 +313,146 @@ fn bad_pools_and_pins_are_refused() {
         PoolsError::BadName { .. }
     ));
 }
+
+/// `Placement::Threshold`: with a fast pool large enough for every buffer,
+/// exactly the operands of the steps whose working set exceeds the
+/// threshold go to the slow pool; lower the threshold and more go.
+#[test]
+fn threshold_placement_sends_the_operands_of_large_steps_to_the_slow_pool() {
+    for model in ["residual_cnn.onnx", "mobilenet_block.onnx"] {
+        let path = testdata(model);
+        let single = compile(&path, &options(vec![], vec![], Placement::Gain)).unwrap();
+        let sets =
+            stow_compile::pools::working_sets(single.graph(), single.buffer_of(), single.problem());
+        let mut sorted = sets.clone();
+        sorted.sort_unstable();
+        // The median step's working set: about half the steps are above.
+        let threshold = sorted[sorted.len() / 2];
+        let fast = single.report().arena_bytes;
+        let compiled = compile(
+            &path,
+            &options(
+                fast_and_slow(fast),
+                vec![],
+                Placement::Threshold(Some(threshold)),
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{model}: {e}"));
+        stow_plan::check(compiled.problem(), compiled.plan()).unwrap();
+        let (graph, buffer_of, plan) = (compiled.graph(), compiled.buffer_of(), compiled.plan());
+        let mut large = vec![false; plan.pool.len()];
+        for (op, &set) in graph.ops.iter().zip(&sets) {
+            if set > threshold {
+                for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
+                    if let Some(b) = buffer_of[t] {
+                        large[b] = true;
+                    }
+                }
+            }
+        }
+        let in_slow = large.iter().filter(|&&l| l).count();
+        assert!(in_slow > 0, "{model}: no step above {threshold}");
+        assert!(in_slow < large.len(), "{model}: every buffer is large");
+        for (b, &l) in large.iter().enumerate() {
+            assert_eq!(
+                plan.pool[b].index(),
+                usize::from(l),
+                "{model}: buffer {b} (large step: {l})"
+            );
+        }
+        // The bundle records the same pools, tensor by tensor.
+        let c = contents(&compiled);
+        assert_pools_disjoint(&c, model);
+        for (t, info) in graph.tensors.iter().enumerate() {
+            let Some(b) = buffer_of[t] else { continue };
+            let record = c.tensors.iter().find(|r| r.name == info.name).unwrap();
+            assert_eq!(record.pool as usize, plan.pool[b].index(), "{}", info.name);
+        }
+        let r = compiled.report();
+        assert_eq!(r.placement.to_string(), format!("threshold={threshold}"));
+        assert_eq!(r.pools[1].buffers, in_slow, "{model}");
+
+        // A lower threshold sends at least as many buffers to dram.
+        let lower = compile(
+            &path,
+            &options(
+                fast_and_slow(fast),
+                vec![],
+                Placement::Threshold(Some(sorted[sorted.len() / 4])),
+            ),
+        )
+        .unwrap();
+        assert!(lower.report().pools[1].buffers >= in_slow, "{model}");
+    }
+}
+
+/// `threshold` without a number takes the fast pool's capacity; pins win
+/// over the threshold.
+#[test]
+fn threshold_defaults_to_the_fast_pool_and_yields_to_pins() {
+    let path = testdata("residual_cnn.onnx");
+    let fast = quarter_arena(&path);
+    let compiled = compile(
+        &path,
+        &options(fast_and_slow(fast), vec![], Placement::Threshold(None)),
+    )
+    .unwrap();
+    let sets = stow_compile::pools::working_sets(
+        compiled.graph(),
+        compiled.buffer_of(),
+        compiled.problem(),
+    );
+    let (graph, buffer_of, plan) = (compiled.graph(), compiled.buffer_of(), compiled.plan());
+    let mut pinned_op = None;
+    for (op, &set) in graph.ops.iter().zip(&sets) {
+        if set > fast {
+            pinned_op.get_or_insert(op.name.clone());
+            for &t in op.inputs.iter().chain(&op.outputs).chain(&op.scratch) {
+                if let Some(b) = buffer_of[t] {
+                    assert_eq!(plan.pool[b].index(), 1, "{}", graph.tensors[t].name);
+                }
+            }
+        }
+    }
+    // The smallest operand of a large step, pinned to sram, stays there.
+    let op_name = pinned_op.expect("a step larger than a quarter of the arena");
+    let op = graph.ops.iter().find(|o| o.name == op_name).unwrap();
+    let smallest = op
+        .inputs
+        .iter()
+        .chain(&op.outputs)
+        .filter(|&&t| buffer_of[t].is_some())
+        .min_by_key(|&&t| graph.tensors[t].bytes)
+        .copied()
+        .unwrap();
+    let name = graph.tensors[smallest].name.clone();
+    let pins = vec![Pin {
+        target: name.clone(),
+        pool: "sram".into(),
+    }];
+    let pinned = compile(
+        &path,
+        &options(
+            fast_and_slow(fast.max(graph.tensors[smallest].bytes.next_multiple_of(64))),
+            pins,
+            Placement::Threshold(None),
+        ),
+    )
+    .unwrap();
+    let record = contents(&pinned)
+        .tensors
+        .into_iter()
+        .find(|t| t.name == name)
+        .unwrap();
+    assert_eq!(record.pool, 0, "{name} pinned to sram");
+}
+
+#[test]
+fn placements_parse_and_print_back() {
+    for s in ["gain", "first-use", "threshold", "threshold=65536"] {
+        assert_eq!(Placement::parse(s).unwrap().to_string(), s);
+    }
+    for bad in ["", "fastest", "threshold=", "threshold=-1", "threshold=1k"] {
+        assert!(Placement::parse(bad).is_err(), "{bad}");
+    }
+}

@@ -241,10 +241,11 @@ impl Bundle {
     }
 
     /// The arena picture `stow inspect --html` writes: one self-contained
-    /// page (zoom, pan, hover, the tensors live at the peak).
+    /// page (zoom, pan, hover, the tensors live at the peak; one panel per
+    /// memory pool for a bundle compiled with pools).
     fn to_html(&self) -> String {
-        let layout = stow_cli::picture::Layout::new(self.inner.bundle.contents());
-        stow_cli::picture::html::render(&layout)
+        let panels = stow_cli::picture::Layout::panels(self.inner.bundle.contents());
+        stow_cli::picture::html::render_panels(&panels)
     }
 
     /// Jupyter shows a bundle as its arena picture.
@@ -270,6 +271,26 @@ impl Bundle {
             .outputs()
             .map(|t| TensorInfo::of(&t))
             .collect()
+    }
+
+    /// The memory pools a session allocates, fastest first: a list of
+    /// `{"name", "bytes", "align"}` dicts (one, `"arena"`, for a bundle
+    /// compiled without `pools`).
+    #[getter]
+    fn pools<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let c = self.inner.bundle.contents();
+        let list = PyList::empty(py);
+        for (p, (bytes, align)) in c.pool_sizes().into_iter().enumerate() {
+            let d = PyDict::new(py);
+            d.set_item(
+                "name",
+                c.pools.get(p).map_or("arena", |pool| pool.name.as_str()),
+            )?;
+            d.set_item("bytes", bytes)?;
+            d.set_item("align", align)?;
+            list.append(d)?;
+        }
+        Ok(list)
     }
 
     /// Planned arena size in bytes.
@@ -378,5 +399,28 @@ fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>>
         }
     };
     d.set_item("comparison", comparison)?;
+    let total: u64 = r.pools.iter().map(|p| p.traffic).sum();
+    let pools = PyList::empty(py);
+    for p in &r.pools {
+        let e = PyDict::new(py);
+        e.set_item("name", &p.name)?;
+        e.set_item("capacity", p.capacity)?;
+        e.set_item("bytes", p.bytes)?;
+        e.set_item("peak_live", p.peak_live)?;
+        e.set_item("fill", p.fill())?;
+        e.set_item("buffers", p.buffers)?;
+        e.set_item("traffic", p.traffic)?;
+        e.set_item(
+            "traffic_share",
+            if total == 0 {
+                0.0
+            } else {
+                p.traffic as f64 / total as f64
+            },
+        )?;
+        pools.append(e)?;
+    }
+    d.set_item("pools", pools)?;
+    d.set_item("placement", r.placement.to_string())?;
     Ok(d)
 }

@@ -46,7 +46,12 @@ fn bundle_name(model: &std::path::Path) -> String {
 /// `set_npz=[path]`, `strategy`, `time_limit` (seconds), `capacity`,
 /// `align`, `threads`, `max_arena`, the reuse switches `inplace`,
 /// `views`, `concat_inplace`, `reuse_inputs`, `concurrent_branches`
-/// (`--no-inplace` is `inplace=False`), and `compare`.
+/// (`--no-inplace` is `inplace=False`), and `compare`. Memory pools:
+/// `pools={"sram": 524288, "dram": None}` (`--pool`, fastest first; a dict
+/// in its order or a list of `(name, bytes or None)` pairs, only the last
+/// without a limit), `pins={"tensor or op": "sram"}` (`--pin`) and
+/// `placement` (`--placement`: `"gain"`, `"first-use"`, `"threshold"` or
+/// `"threshold=BYTES"`).
 #[pyfunction]
 #[pyo3(signature = (
     model,
@@ -67,6 +72,9 @@ fn bundle_name(model: &std::path::Path) -> String {
     reuse_inputs = false,
     concurrent_branches = false,
     compare = false,
+    pools = None,
+    pins = None,
+    placement = "gain".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile<'py>(
@@ -88,6 +96,9 @@ fn compile<'py>(
     reuse_inputs: bool,
     concurrent_branches: bool,
     compare: bool,
+    pools: Option<Bound<'py, PyAny>>,
+    pins: Option<Bound<'py, PyDict>>,
+    placement: String,
 ) -> PyResult<Bundle> {
     let options = options::compile_options(
         py,
@@ -110,6 +121,9 @@ fn compile<'py>(
                 concurrent_branches,
             },
             compare,
+            pools,
+            pins,
+            placement,
         },
     )?;
     let outcome = py.detach(|| {

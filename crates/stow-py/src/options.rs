@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::path::PathBuf;
 use std::time::Duration;
-use stow_compile::{CompileError, CompileOptions};
+use stow_compile::{CompileError, CompileOptions, Pin, Placement, PoolSpec};
 use stow_onnx::{FixedInput, InputShape, InputValue, ReuseOptions};
 use stow_plan::{PlanOptions, Strategy};
 
@@ -29,6 +29,9 @@ pub struct CompileArgs<'py> {
     pub max_arena: u64,
     pub reuse: ReuseOptions,
     pub compare: bool,
+    pub pools: Option<Bound<'py, PyAny>>,
+    pub pins: Option<Bound<'py, PyDict>>,
+    pub placement: String,
 }
 
 fn option_error(py: Python<'_>, text: String) -> PyErr {
@@ -125,6 +128,71 @@ fn constants(py: Python<'_>, set: &Bound<'_, PyDict>) -> PyResult<Vec<FixedInput
     Ok(fixed)
 }
 
+/// `--pool NAME=BYTES` for each pool, fastest first: a dict `{name: bytes
+/// or None}` (in its order) or a list of `(name, bytes or None)` pairs;
+/// `None` is the last pool without a limit. Checked as `stow compile`
+/// checks them (names, count, only the last unbounded).
+fn pool_specs(py: Python<'_>, pools: &Bound<'_, PyAny>) -> PyResult<Vec<PoolSpec>> {
+    let pairs: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(d) = pools.cast::<PyDict>() {
+        d.iter().collect()
+    } else if pools.is_instance_of::<PyList>() || pools.is_instance_of::<PyTuple>() {
+        let mut pairs = Vec::new();
+        for item in pools.try_iter()? {
+            let item = item?;
+            let pair: (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+                option_error(
+                    py,
+                    "pools: each item is a (name, bytes or None) pair".to_string(),
+                )
+            })?;
+            pairs.push(pair);
+        }
+        pairs
+    } else {
+        return Err(option_error(
+            py,
+            "pools: a dict {name: bytes or None} or a list of (name, bytes or None) pairs"
+                .to_string(),
+        ));
+    };
+    let mut specs = Vec::with_capacity(pairs.len());
+    for (name, bytes) in pairs {
+        let name: String = name
+            .extract()
+            .map_err(|_| option_error(py, "pools: a pool name is not a string".to_string()))?;
+        let capacity: Option<u64> = if bytes.is_none() {
+            None
+        } else if bytes.is_instance_of::<PyBool>() {
+            return Err(option_error(
+                py,
+                format!("pool `{name}`: bytes must be a non-negative integer or None"),
+            ));
+        } else {
+            Some(bytes.extract().map_err(|_| {
+                option_error(
+                    py,
+                    format!("pool `{name}`: bytes must be a non-negative integer or None"),
+                )
+            })?)
+        };
+        specs.push(PoolSpec { name, capacity });
+    }
+    stow_compile::pools::check_pools(&specs).map_err(|e| option_error(py, e.to_string()))?;
+    Ok(specs)
+}
+
+/// `--pin TENSOR_OR_OP=POOL` for each `{tensor or op: pool}`.
+fn pin_list(pins: &Bound<'_, PyDict>) -> PyResult<Vec<Pin>> {
+    pins.iter()
+        .map(|(target, pool)| {
+            Ok(Pin {
+                target: target.extract()?,
+                pool: pool.extract()?,
+            })
+        })
+        .collect()
+}
+
 /// What `--time-limit` accepts: more than 0 and at most a day.
 fn time_limit(py: Python<'_>, secs: f64) -> PyResult<Duration> {
     if !(secs > 0.0 && secs <= MAX_TIME_LIMIT_SECS) {
@@ -148,6 +216,22 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
             CompileError::BadAlignment { align: args.align }.to_string(),
         ));
     }
+    let pools = match &args.pools {
+        Some(p) if !p.is_none() => pool_specs(py, p)?,
+        _ => Vec::new(),
+    };
+    let pins = match &args.pins {
+        Some(p) => pin_list(p)?,
+        None => Vec::new(),
+    };
+    if !pins.is_empty() && pools.is_empty() {
+        return Err(option_error(
+            py,
+            "pins: no pools declared (pools={...})".to_string(),
+        ));
+    }
+    let placement = Placement::parse(&args.placement)
+        .map_err(|e| option_error(py, format!("placement: {e}")))?;
     let mut fixed = match &args.set {
         Some(set) => constants(py, set)?,
         None => Vec::new(),
@@ -178,7 +262,8 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
         threads: args.threads,
         max_arena: args.max_arena,
         compare: args.compare,
-        // Memory pools are not exposed to Python yet: one arena.
-        ..CompileOptions::default()
+        pools,
+        pins,
+        placement,
     })
 }

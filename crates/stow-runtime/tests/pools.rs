@@ -143,3 +143,51 @@ fn a_bundle_written_before_pools_still_opens_and_runs() {
     let mut session = Session::in_buffer(&bundle, aligned(&mut storage[0], 64), 1).unwrap();
     assert_eq!(outputs(&bundle, &mut session), out);
 }
+
+/// `--placement threshold=BYTES` (method M3's layer-group threshold): the
+/// operands of large steps go to dram, the rest to sram; the bundle runs
+/// bit for bit like one arena, allocated or in caller buffers.
+#[test]
+fn threshold_placed_bundles_run_bit_for_bit_like_one_arena() {
+    let Some(stow) = common::stow_bin("threshold_placed_bundles_run_bit_for_bit_like_one_arena")
+    else {
+        return;
+    };
+    let one = tempfile::tempdir().unwrap();
+    let two = tempfile::tempdir().unwrap();
+    let mut split = 0;
+    for model in common::FIXED_SHAPE_MODELS {
+        let single = Bundle::open(&common::compile(&stow, model, one.path())).unwrap();
+        let arena = single.header().arena_bytes;
+        // Room for every tensor in sram; steps above an eighth of the
+        // arena send their operands to dram.
+        let flags = [
+            "--pool".to_string(),
+            format!("sram={arena}"),
+            "--pool".into(),
+            "dram".into(),
+            "--placement".into(),
+            format!("threshold={}", arena / 8),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let pooled = Bundle::open(&common::compile_with(&stow, model, two.path(), &flags)).unwrap();
+        let c = pooled.contents();
+        assert_eq!(c.pool_count(), 2, "{model}");
+        let in_each = |p: u32| c.tensors.iter().filter(|t| t.pool == p).count();
+        if in_each(1) > 0 && c.pools[0].bytes > 0 {
+            split += 1;
+        }
+        let want = outputs(&single, &mut Session::new(&single).unwrap());
+        let got = outputs(&pooled, &mut Session::new(&pooled).unwrap());
+        assert_eq!(got, want, "{model}: threshold-placed outputs differ");
+        let sizes = c.pool_sizes();
+        let mut storage = buffers(&sizes);
+        let lent: Vec<&mut [u8]> = storage.iter_mut().map(|b| aligned(b, 64)).collect();
+        let mut session = Session::in_buffers(&pooled, lent, 1).unwrap();
+        assert_eq!(outputs(&pooled, &mut session), want, "{model}: in buffers");
+    }
+    assert!(
+        split >= 3,
+        "only {split} models were split across both pools"
+    );
+}

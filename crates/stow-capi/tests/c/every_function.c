@@ -74,6 +74,14 @@ int main(int argc, char **argv) {
     size_t arena_bytes = 0, arena_align = 0, n_in = 0, n_out = 0;
     EXPECT(stow_bundle_arena(bundle, &arena_bytes, &arena_align) == STOW_OK);
     printf("arena %zu align %zu\n", arena_bytes, arena_align);
+    /* One pool, the arena, without --pool. */
+    size_t n_pools = 0;
+    stow_pool_info pool;
+    EXPECT(stow_bundle_pool_count(bundle, &n_pools) == STOW_OK && n_pools == 1);
+    EXPECT(stow_bundle_pool(bundle, 0, &pool) == STOW_OK);
+    EXPECT(strcmp(pool.name, "arena") == 0 && pool.name_len == 5);
+    EXPECT(pool.bytes == arena_bytes && pool.align == arena_align);
+    EXPECT(stow_bundle_pool(bundle, 1, &pool) == STOW_ERR_NOT_FOUND);
     EXPECT(stow_bundle_input_count(bundle, &n_in) == STOW_OK);
     EXPECT(stow_bundle_output_count(bundle, &n_out) == STOW_OK);
     printf("inputs %zu outputs %zu\n", n_in, n_out);
@@ -131,6 +139,24 @@ int main(int argc, char **argv) {
     EXPECT(stow_session_output(session, 0, &data, &data_len) == STOW_OK);
     EXPECT(data_len == out.byte_size && memcmp(data, copied, data_len) == 0);
     print_bytes("output bytes ", data, data_len);
+
+    /* The same through the pools call: one buffer per pool (here one). */
+    unsigned char *pool_arena =
+        aligned_alloc(arena_align, (arena_bytes / arena_align + 1) * arena_align);
+    stow_buffer buffers[2] = {{pool_arena, arena_bytes}, {pool_arena, arena_bytes}};
+    stow_session *pooled = NULL;
+    EXPECT(stow_session_create_in_pools(bundle, buffers, 2, 1, &pooled, msg, sizeof msg) ==
+           STOW_ERR_POOL_COUNT);
+    EXPECT(pooled == NULL && strstr(msg, "2 buffers given") != NULL);
+    EXPECT(stow_session_create_in_pools(bundle, buffers, 1, 1, &pooled, msg, sizeof msg) ==
+           STOW_OK);
+    if (!pooled) return 1;
+    EXPECT(stow_session_set_input_at(pooled, 0, input, in.byte_size) == STOW_OK);
+    EXPECT(stow_session_run(pooled) == STOW_OK);
+    EXPECT(stow_session_output(pooled, 0, &data, &data_len) == STOW_OK);
+    EXPECT(data_len == out.byte_size && memcmp(data, copied, data_len) == 0);
+    EXPECT(stow_session_free(pooled) == STOW_OK);
+    free(pool_arena);
 
     /* Freed in any order: the session keeps its bundle. */
     EXPECT(stow_bundle_free(bundle) == STOW_OK);

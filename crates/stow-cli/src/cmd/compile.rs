@@ -69,9 +69,13 @@ pub struct Args {
     #[arg(long = "pin", value_name = "TENSOR_OR_OP=POOL", value_parser = parse_pin)]
     pub pins: Vec<Pin>,
     /// Which tensors the bounded pools take first: `gain` (most bytes
-    /// read and written per byte stored) or `first-use` (first come, first
-    /// served: the baseline).
-    #[arg(long, default_value = "gain", value_parser = parse_placement)]
+    /// read and written per byte stored), `first-use` (first come, first
+    /// served: the baseline), or `threshold=BYTES` (method M3's layer-group
+    /// threshold: every tensor of a step whose operands and scratch exceed
+    /// BYTES goes to the last, slowest pool, the rest fill the faster pools
+    /// in order of first use; `threshold` alone takes the first pool's
+    /// size as BYTES).
+    #[arg(long, value_name = "POLICY", default_value = "gain", value_parser = Placement::parse)]
     pub placement: Placement,
 }
 
@@ -83,13 +87,6 @@ fn parse_pin(s: &str) -> Result<Pin, String> {
         }),
         _ => Err(format!("`{s}` is not TENSOR_OR_OP=POOL")),
     }
-}
-
-fn parse_placement(s: &str) -> Result<Placement, String> {
-    [Placement::Gain, Placement::FirstUse]
-        .into_iter()
-        .find(|p| p.name() == s)
-        .ok_or_else(|| format!("`{s}` is not a placement (gain, first-use)"))
 }
 
 fn default_output(model: &Path) -> PathBuf {
@@ -225,7 +222,7 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
     say!(out, "  naive          {}", human_bytes(r.naive_bytes));
     say!(out, "  arena / bound  {:.3}", r.ratio);
     if !r.pools.is_empty() {
-        say!(out, "{}", pool_table(&r.pools, r.placement.name()));
+        say!(out, "{}", pool_table(&r.pools, &r.placement.to_string()));
     }
     for s in &r.scratch_above_bound {
         say!(

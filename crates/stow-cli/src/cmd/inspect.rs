@@ -86,8 +86,8 @@ fn shape_text(shape: &[u64]) -> String {
     )
 }
 
-/// A picture renderer: layout in, file contents out.
-type Render = fn(&Layout<'_>) -> String;
+/// A picture renderer: one layout per memory pool in, file contents out.
+type Render = fn(&[Layout<'_>]) -> String;
 
 /// Runs `stow inspect`.
 pub fn run(args: Args) -> Result<()> {
@@ -100,8 +100,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     let c = bundle.contents();
     let pictures: Vec<(&PathBuf, Render)> = [
-        (args.svg.as_ref(), picture::svg::render as Render),
-        (args.html.as_ref(), picture::html::render),
+        (args.svg.as_ref(), picture::svg::render_panels as Render),
+        (args.html.as_ref(), picture::html::render_panels),
     ]
     .into_iter()
     .filter_map(|(path, render)| path.map(|p| (p, render)))
@@ -111,29 +111,32 @@ pub fn run(args: Args) -> Result<()> {
     for (path, _) in &pictures {
         picture::check_output_path(path).with_context(|| format!("writing {}", path.display()))?;
     }
-    if (!pictures.is_empty() || args.chart) && c.pool_count() > 1 {
-        // One picture of several pools would draw tensors of different
-        // memories over each other; one panel per pool is not drawn yet.
-        anyhow::bail!(
-            "{}: pictures of a bundle with {} memory pools are not drawn yet (one panel per pool is planned); `stow inspect` without --svg/--html/--chart shows each pool",
-            args.bundle.display(),
-            c.pool_count()
-        );
-    }
     if !pictures.is_empty() || args.chart {
-        let layout = Layout::new(c);
+        // One panel per memory pool (one for a bundle with one arena).
+        let panels = Layout::panels(c);
         for (path, render) in &pictures {
-            picture::write_atomically(path, render(&layout).as_bytes())
+            picture::write_atomically(path, render(&panels).as_bytes())
                 .with_context(|| format!("writing {}", path.display()))?;
-            eprintln!(
-                "wrote {} ({} arena tensors, {})",
-                path.display(),
-                layout.blocks.len(),
-                layout.peak_text()
-            );
+            match panels.as_slice() {
+                [layout] => eprintln!(
+                    "wrote {} ({} arena tensors, {})",
+                    path.display(),
+                    layout.blocks.len(),
+                    layout.peak_text()
+                ),
+                _ => eprintln!(
+                    "wrote {} (one panel per pool: {})",
+                    path.display(),
+                    panels
+                        .iter()
+                        .map(|l| format!("{} {} tensors", l.memory_name(), l.blocks.len()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
         }
         if args.chart {
-            crate::cmd::emit(&picture::chart::render(&layout));
+            crate::cmd::emit(&picture::chart::render_panels(&panels));
             return Ok(());
         }
         if !args.json {

@@ -13,6 +13,21 @@ const LIVE_WIDTH: usize = 11;
 const PEAK_MARK: &str = " <-peak";
 const SYMBOLS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
+/// Renders the panels of a bundle ([`Layout::panels`]): one chart per
+/// memory pool, fastest first, each scaled to its own pool and headed by
+/// its summary line (name, size, fill at its peak); one layout is drawn as
+/// [`render`] draws it.
+pub fn render_panels(panels: &[Layout<'_>]) -> String {
+    match panels {
+        [one] => render(one),
+        _ => panels
+            .iter()
+            .map(|l| render(l))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
 /// Renders `l` as text, every line at most [`MAX_WIDTH`] characters.
 pub fn render(l: &Layout<'_>) -> String {
     let mut out = String::new();
@@ -36,7 +51,11 @@ pub fn render(l: &Layout<'_>) -> String {
     );
     say(
         &mut out,
-        "source's letter), '.' free; L on the ruler marks the lower bound",
+        if l.pool.is_some() {
+            "source's letter), '.' free; L on the ruler marks the pool's peak"
+        } else {
+            "source's letter), '.' free; L on the ruler marks the lower bound"
+        },
     );
     let right = human_bytes(arena);
     let gap = (cols + 2).saturating_sub(1 + right.len());

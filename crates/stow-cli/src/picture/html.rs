@@ -28,6 +28,40 @@ pub fn render(l: &Layout<'_>) -> String {
     out
 }
 
+/// Renders the panels of a bundle with several memory pools
+/// ([`Layout::panels`]) as one self-contained page: a heading, then one
+/// panel per pool, fastest first, each the full interactive picture of
+/// that pool (its own address axis, the bundle's steps, its name and fill
+/// in the title) in an `<iframe srcdoc>`, so the panels zoom and select
+/// independently and the page still loads nothing. One layout is drawn as
+/// [`render`] draws it.
+pub fn render_panels(panels: &[Layout<'_>]) -> String {
+    let [first, ..] = panels else {
+        return String::new();
+    };
+    if panels.len() == 1 {
+        return render(first);
+    }
+    let title = super::text::xml_escape(model_name(first));
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}: {n} memory pools</title>\n<style>body{{font-family:sans-serif;margin:12px}} .pool-panel{{margin:0 0 18px}} .pool-panel h2{{font-size:15px;margin:6px 0}} iframe{{width:100%;height:620px;border:1px solid #ccc}}</style></head>\n<body><h1 style=\"font-size:18px\">{title}: {n} memory pools, one panel per pool, fastest first</h1>\n",
+        n = panels.len()
+    );
+    for l in panels {
+        let name = l.pool.as_ref().map_or("arena", |p| p.name.as_str());
+        let page = render(l);
+        out.push_str(&format!(
+            "<section class=\"pool-panel\" data-pool=\"{}\"><h2>{}</h2><iframe title=\"{}\" srcdoc=\"{}\"></iframe></section>\n",
+            super::text::xml_escape(name),
+            super::text::xml_escape(&l.summary()),
+            super::text::xml_escape(name),
+            super::text::xml_escape(&page)
+        ));
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
 fn model_name<'a>(l: &'a Layout<'_>) -> &'a str {
     let m = &l.contents.provenance.source_model;
     if m.is_empty() {
@@ -71,7 +105,10 @@ fn data(l: &Layout<'_>) -> Value {
         .map(|o| json!([o.name, o.op_type]))
         .collect();
     json!({
-        "model": model_name(l),
+        "model": match &l.pool {
+            Some(p) => format!("{} pool {}", model_name(l), p.name),
+            None => model_name(l).to_string(),
+        },
         "summary": l.summary(),
         "peakText": l.peak_text(),
         "arena": l.arena_bytes(),

@@ -277,11 +277,57 @@ pub struct Layout<'c> {
     pub peak_step: u32,
     /// Tensors whose steps lay beyond the op list and were clipped.
     pub clipped: usize,
+    /// The memory pool drawn, when the bundle has several: then only its
+    /// tensors are blocks and offsets are from the pool's start.
+    pub pool: Option<PoolPanel>,
+}
+
+/// Which memory pool a [`Layout`] draws.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolPanel {
+    /// Index of the pool in the bundle (0 the fastest).
+    pub index: usize,
+    /// Number of pools in the bundle.
+    pub count: usize,
+    /// The pool's name.
+    pub name: String,
+    /// The pool's size in bytes.
+    pub bytes: u64,
 }
 
 impl<'c> Layout<'c> {
-    /// Builds the model of `c`.
+    /// Builds the model of `c` (every arena tensor in one address space;
+    /// for a bundle with several pools see [`Layout::panels`]).
     pub fn new(c: &'c Contents) -> Layout<'c> {
+        Layout::build(c, None)
+    }
+
+    /// One layout per memory pool, fastest first, each over the pool's own
+    /// addresses and the bundle's steps; a bundle with one arena gives one
+    /// layout, [`Layout::new`]'s.
+    pub fn panels(c: &'c Contents) -> Vec<Layout<'c>> {
+        if c.pools.len() <= 1 {
+            return vec![Layout::new(c)];
+        }
+        c.pools
+            .iter()
+            .enumerate()
+            .map(|(index, p)| {
+                Layout::build(
+                    c,
+                    Some(PoolPanel {
+                        index,
+                        count: c.pools.len(),
+                        name: p.name.clone(),
+                        bytes: p.bytes,
+                    }),
+                )
+            })
+            .collect()
+    }
+
+    fn build(c: &'c Contents, pool: Option<PoolPanel>) -> Layout<'c> {
+        let in_panel = |t: &Tensor| pool.as_ref().is_none_or(|p| t.pool as usize == p.index);
         let steps = u32::try_from(c.ops.len()).unwrap_or(u32::MAX).max(1);
         let mut producer: Vec<Option<(u32, &Op)>> = vec![None; c.tensors.len()];
         for (step, op) in c.ops.iter().enumerate() {
@@ -293,7 +339,7 @@ impl<'c> Layout<'c> {
             }
         }
         let arena: Vec<usize> = (0..c.tensors.len())
-            .filter(|&i| c.tensors[i].region == Region::Arena)
+            .filter(|&i| c.tensors[i].region == Region::Arena && in_panel(&c.tensors[i]))
             .collect();
         // Aliases last, so that they are drawn over the bytes they share.
         let mut order: Vec<usize> = arena
@@ -358,17 +404,44 @@ impl<'c> Layout<'c> {
             live,
             peak_step: u32::try_from(peak_step).unwrap_or(0),
             clipped,
+            pool,
         }
     }
 
-    /// Arena size in bytes.
+    /// Arena size in bytes (the pool's size for a pool's panel).
     pub fn arena_bytes(&self) -> u64 {
-        self.contents.arena_bytes
+        match &self.pool {
+            Some(p) => p.bytes,
+            None => self.contents.arena_bytes,
+        }
     }
 
-    /// The planner's lower bound on the arena, in bytes.
+    /// The planner's lower bound on the arena, in bytes. A pool's panel
+    /// has no bound of its own in the bundle; it shows the most bytes its
+    /// tensors hold at one step, which is that pool's bound under the
+    /// bundle's lifetimes.
     pub fn lower_bound_bytes(&self) -> u64 {
-        self.contents.provenance.lower_bound_bytes
+        match &self.pool {
+            Some(_) => self.peak_bytes(),
+            None => self.contents.provenance.lower_bound_bytes,
+        }
+    }
+
+    /// How full the drawn memory is at its peak: peak bytes over its size
+    /// (0 when it is empty).
+    pub fn fill(&self) -> f64 {
+        match self.arena_bytes() {
+            0 => 0.0,
+            size => self.peak_bytes() as f64 / size as f64,
+        }
+    }
+
+    /// What the picture shows: `arena`, or `pool sram` in a pool's panel.
+    pub fn memory_name(&self) -> String {
+        match &self.pool {
+            Some(p) => format!("pool {}", p.name),
+            None => "arena".into(),
+        }
     }
 
     /// Bytes live at the peak step.
@@ -439,9 +512,23 @@ impl<'c> Layout<'c> {
             .collect()
     }
 
-    /// Summary line: arena, lower bound, ratio, naive size, strategy.
+    /// Summary line: arena, lower bound, ratio, naive size, strategy; for
+    /// a pool's panel the pool's name, size, fill at its peak and tensors.
     pub fn summary(&self) -> String {
         let p = &self.contents.provenance;
+        if let Some(pool) = &self.pool {
+            // Fill first: a text chart cuts lines at 100 characters.
+            return format!(
+                "pool {} ({} of {}): {:.1} % full at its peak, {} of {}, {} tensors",
+                pool.name,
+                pool.index + 1,
+                pool.count,
+                self.fill() * 100.0,
+                human_bytes(self.peak_bytes()),
+                human_bytes(pool.bytes),
+                self.blocks.len(),
+            );
+        }
         let ratio = if p.lower_bound_bytes == 0 {
             1.0
         } else {
@@ -699,6 +786,54 @@ pub(crate) mod tests {
             l.reused_from(y).is_empty(),
             "an alias shares bytes, it does not reuse them"
         );
+    }
+
+    /// `sample` with `h` moved to a second pool at offset 0: each panel
+    /// holds its pool's tensors, sized and named by its pool, and the
+    /// steps stay the bundle's.
+    #[test]
+    fn panels_split_the_tensors_by_pool() {
+        let mut c = sample();
+        assert_eq!(Layout::panels(&c).len(), 1, "one arena, one panel");
+        assert!(Layout::panels(&c)[0].pool.is_none());
+        c.tensors[2].pool = 1;
+        c.tensors[2].offset = 0;
+        c.arena_bytes = 64;
+        c.pools = vec![
+            stow_bundle::MemoryPool {
+                name: "sram".into(),
+                bytes: 64,
+                align: 64,
+            },
+            stow_bundle::MemoryPool {
+                name: "dram".into(),
+                bytes: 128,
+                align: 64,
+            },
+        ];
+        let panels = Layout::panels(&c);
+        assert_eq!(panels.len(), 2);
+        let names = |l: &Layout<'_>| -> Vec<String> {
+            l.blocks.iter().map(|b| b.tensor.name.clone()).collect()
+        };
+        assert_eq!(names(&panels[0]), ["x", "y"]);
+        assert_eq!(names(&panels[1]), ["h"]);
+        assert_eq!(
+            (panels[0].arena_bytes(), panels[1].arena_bytes()),
+            (64, 128)
+        );
+        assert_eq!((panels[0].steps, panels[1].steps), (2, 2));
+        // sram: x then its view y, 64 bytes at both steps; dram: h's 60.
+        assert_eq!(panels[0].live, vec![64, 64]);
+        assert_eq!(panels[1].live, vec![60, 60]);
+        assert_eq!(panels[1].lower_bound_bytes(), 60);
+        assert!((panels[1].fill() - 60.0 / 128.0).abs() < 1e-12);
+        let summary = panels[1].summary();
+        assert!(
+            summary.starts_with("pool dram (2 of 2): 46.9 % full at its peak"),
+            "{summary}"
+        );
+        assert_eq!(panels[0].memory_name(), "pool sram");
     }
 
     #[test]

@@ -94,9 +94,103 @@ pub fn render(l: &Layout<'_>) -> String {
     limit_lines(&mut s, l, &g);
     s.push_str("</g>\n");
     x_axis(&mut s, l, &g);
-    legend(&mut s, l, &g);
+    legend(&mut s, std::slice::from_ref(l), &g);
     s.push_str("</svg>\n");
     s
+}
+
+/// Height of one pool's panel in [`render_panels`], in pixels.
+pub const PANEL_HEIGHT: f64 = 300.0;
+/// Space between two panels, for the next panel's title.
+const PANEL_GAP: f64 = 44.0;
+
+/// Renders the panels of a bundle with several memory pools
+/// ([`Layout::panels`]) as one SVG document: one `<g class="pool-panel">`
+/// per pool, stacked fastest first, each with its own address axis sized
+/// to its pool, its name and fill in its title, and the same steps across.
+/// One layout is drawn as [`render`] draws it.
+pub fn render_panels(panels: &[Layout<'_>]) -> String {
+    match panels {
+        [] => String::new(),
+        [one] => render(one),
+        [first, ..] => {
+            let n = panels.len() as f64;
+            let height = TOP + n * PANEL_HEIGHT + (n - 1.0) * PANEL_GAP + BOTTOM;
+            let mut s = String::with_capacity(
+                1024 + panels.iter().map(|l| l.blocks.len() * 400).sum::<usize>(),
+            );
+            let _ = write!(
+                s,
+                r##"<?xml version="1.0" encoding="UTF-8"?>
+<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">
+<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>
+"##
+            );
+            let p = &first.contents.provenance;
+            let model = if p.source_model.is_empty() {
+                "bundle"
+            } else {
+                &p.source_model
+            };
+            let _ = writeln!(
+                s,
+                r#"<text x="{LEFT}" y="22" font-size="16" font-weight="bold">{}: {} memory pools over execution steps</text>"#,
+                xml_escape(model),
+                panels.len()
+            );
+            let _ = writeln!(
+                s,
+                r#"<text x="{LEFT}" y="40">{}</text>"#,
+                xml_escape(&format!(
+                    "pools {} bytes in all, one panel per pool, fastest first, each over its own addresses",
+                    panels.iter().map(|l| l.arena_bytes()).fold(0u64, u64::saturating_add)
+                ))
+            );
+            let mut g = Geometry::of(first);
+            for (i, l) in panels.iter().enumerate() {
+                let top = TOP + i as f64 * (PANEL_HEIGHT + PANEL_GAP);
+                g = Geometry {
+                    y0: top,
+                    height: PANEL_HEIGHT,
+                    ..Geometry::of(l)
+                };
+                let name = l.pool.as_ref().map_or("arena", |p| p.name.as_str());
+                let _ = writeln!(
+                    s,
+                    r#"<g class="pool-panel" data-pool="{}" data-x="{}" data-y="{}" data-width="{}" data-height="{}" data-steps="{}" data-ymax="{}" data-bytes="{}" data-peak="{}">"#,
+                    xml_escape(name),
+                    g.x0,
+                    g.y0,
+                    g.width,
+                    g.height,
+                    g.steps,
+                    g.ymax,
+                    l.arena_bytes(),
+                    l.peak_bytes()
+                );
+                let _ = writeln!(
+                    s,
+                    r#"<text class="pool-title" x="{}" y="{:.2}" font-weight="bold">{}</text>"#,
+                    g.x0,
+                    top - 8.0,
+                    xml_escape(&l.summary())
+                );
+                y_axis(&mut s, l, &g);
+                peak_band(&mut s, l, &g);
+                blocks(&mut s, l, &g);
+                links(&mut s, l, &g);
+                peak_outline(&mut s, l, &g);
+                limit_lines(&mut s, l, &g);
+                s.push_str("</g>\n");
+            }
+            // The steps are the same in every panel: one axis under the
+            // last, marking the peak of the fastest pool.
+            x_axis(&mut s, first, &g);
+            legend(&mut s, panels, &g);
+            s.push_str("</svg>\n");
+            s
+        }
+    }
 }
 
 fn header(s: &mut String, l: &Layout<'_>) {
@@ -164,7 +258,8 @@ fn y_axis(s: &mut String, l: &Layout<'_>, g: &Geometry) {
     let mid = g.y0 + g.height / 2.0;
     let _ = writeln!(
         s,
-        r#"<text x="18" y="{mid}" text-anchor="middle" transform="rotate(-90 18 {mid})">arena offset ({unit})</text>"#
+        r#"<text x="18" y="{mid}" text-anchor="middle" transform="rotate(-90 18 {mid})">{} offset ({unit})</text>"#,
+        l.memory_name()
     );
 }
 
@@ -276,11 +371,17 @@ fn limit_lines(s: &mut String, l: &Layout<'_>, g: &Geometry) {
     };
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{:.2}">arena {}</text><text x="{}" y="{label_yb:.2}" fill="{BOUND_LINE}">lower bound {}</text>"#,
+        r#"<text x="{}" y="{:.2}">{} {}</text><text x="{}" y="{label_yb:.2}" fill="{BOUND_LINE}">{} {}</text>"#,
         x2 + 6.0,
         ya + 4.0,
+        l.pool.as_ref().map_or("arena", |p| p.name.as_str()),
         human_bytes(l.arena_bytes()),
         x2 + 6.0,
+        if l.pool.is_some() {
+            "peak"
+        } else {
+            "lower bound"
+        },
         human_bytes(l.lower_bound_bytes())
     );
 }
@@ -321,15 +422,12 @@ fn x_axis(s: &mut String, l: &Layout<'_>, g: &Geometry) {
     );
 }
 
-fn legend(s: &mut String, l: &Layout<'_>, g: &Geometry) {
-    let mut kinds: Vec<OpKind> = l.blocks.iter().map(|b| b.kind).collect();
+fn legend(s: &mut String, panels: &[Layout<'_>], g: &Geometry) {
+    let all = || panels.iter().flat_map(|l| &l.blocks);
+    let mut kinds: Vec<OpKind> = all().map(|b| b.kind).collect();
     kinds.sort();
     kinds.dedup();
-    let mut aliases: Vec<AliasKind> = l
-        .blocks
-        .iter()
-        .filter_map(|b| b.alias.map(|a| a.0))
-        .collect();
+    let mut aliases: Vec<AliasKind> = all().filter_map(|b| b.alias.map(|a| a.0)).collect();
     aliases.sort_by_key(|k| *k as u32);
     aliases.dedup();
     let mut x = g.x0;
