@@ -213,11 +213,18 @@ fn partitions(problem: &Problem, active: &[usize]) -> Vec<Vec<usize>> {
 }
 
 /// One search of the portfolio: a preorder (key letters compared in turn,
-/// each descending: `T` the heaviest section the buffer is in, `W` how many
-/// sections it spans, `A` size × length, `L` length, `Z` size) and the
-/// canonical tie rule at one offset.
+/// each descending, as MiniMalloc names them: `T` the heaviest section the
+/// buffer is in, `W` its width (lifetime length), `C` how many sections it
+/// spans, `A` size × length, `Z` size), the canonical tie rule at one
+/// offset, a seed (0: the preorder as it is; else each buffer moves by up
+/// to a tenth of the positions, a randomised restart) and its node limit.
 #[derive(Clone, Copy)]
-pub(crate) struct Heuristic(&'static str, Ties);
+pub(crate) struct Heuristic {
+    pub keys: &'static str,
+    pub ties: Ties,
+    pub seed: u64,
+    pub nodes: u64,
+}
 
 /// How buffers placed at one offset are ordered (both rules are complete).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -232,45 +239,59 @@ pub(crate) enum Ties {
     TimeLeftFirst,
 }
 
-/// The portfolio, in the order its answers are preferred. Neither tie
-/// rule wins everywhere: preorder ties place the big buffers first and
-/// solve MiniMalloc's challenging A, D and E soonest; time ties fill full
-/// sections row by row and solve B, C and some perturbed instances many
-/// times sooner, but miss A and E. So the preorder runs come first and the
-/// time runs after them with a quarter of the nodes ([`TIME_SHARE`]).
-const HEURISTICS: [Heuristic; 9] = [
-    Heuristic("TWA", Ties::Preorder),
-    Heuristic("WAT", Ties::Preorder),
-    Heuristic("TAW", Ties::Preorder),
-    Heuristic("WTA", Ties::Preorder),
-    Heuristic("AWT", Ties::Preorder),
-    Heuristic("TWA", Ties::Time),
-    Heuristic("WAT", Ties::Time),
-    Heuristic("TAW", Ties::Time),
-    Heuristic("TAW", Ties::TimeLeftFirst),
+/// The static members, in the order their answers are preferred, and the
+/// share of the decision's node limit each gets (`limit / share`).
+/// MiniMalloc's three preorders come first: `W` is the lifetime's length
+/// (this crate's first portfolio read it as the number of sections spanned,
+/// `C` here, which is what left challenge K unsolved: `TCA` runs past
+/// 1,000,000 nodes, `WAT` solves it in about 2,000). Between them they
+/// settle A–E, K and the perturbed B and D in 2,600–19,000 nodes each.
+/// Time ties fill full sections row by row and settle some instances that
+/// preorder ties miss; they get an eighth of the nodes.
+const STATIC: [(&str, Ties, u64); 6] = [
+    ("TWA", Ties::Preorder, 1),
+    ("TAW", Ties::Preorder, 1),
+    ("WAT", Ties::Preorder, 1),
+    ("TCA", Ties::Preorder, 2),
+    ("TAW", Ties::Time, 8),
+    ("TAW", Ties::TimeLeftFirst, 8),
 ];
 
-/// Time-tie runs get `limit / TIME_SHARE` nodes.
-const TIME_SHARE: u64 = 8;
+/// Randomised restarts: each gets this many nodes per buffer (at least
+/// [`RESTART_MIN`]); a decision runs as many of them as fit in its node
+/// limit (at least two). On the perturbed instances about one restart in
+/// forty finds a layout that every static preorder misses within 300,000
+/// nodes: the search's cost there is heavy-tailed in the preorder.
+const RESTART_NODES: u64 = 12;
+const RESTART_MIN: u64 = 2_000;
 
-impl Heuristic {
-    fn nodes(self, limit: u64) -> u64 {
-        if self.1 == Ties::Preorder {
-            limit
-        } else {
-            (limit / TIME_SHARE).max(1)
-        }
-    }
-}
-
-/// The searches [`decide`] runs on `dfs`: without lifetimes, or with
-/// `time_ties` off, only the preorder-tie ones.
-fn portfolio(dfs: &Dfs) -> Vec<Heuristic> {
+/// The searches [`decide`] runs on `dfs` under node limit `limit`: without
+/// lifetimes, or with `time_ties` off, no time-tie ones. The restarts'
+/// seeds depend on `limit`, so each round of [`minimize`] tries new ones,
+/// and the list depends on nothing but the part and `limit`.
+fn portfolio(dfs: &Dfs, limit: u64) -> Vec<Heuristic> {
     let time = dfs.flags.time_ties && dfs.span.is_some();
-    HEURISTICS
+    let mut runs: Vec<Heuristic> = STATIC
         .into_iter()
-        .filter(|h| time || h.1 == Ties::Preorder)
-        .collect()
+        .filter(|&(_, ties, _)| time || ties == Ties::Preorder)
+        .map(|(keys, ties, share)| Heuristic {
+            keys,
+            ties,
+            seed: 0,
+            nodes: (limit / share).max(1),
+        })
+        .collect();
+    let each = (RESTART_NODES * dfs.size.len() as u64).max(RESTART_MIN);
+    let count = (limit / each).max(2);
+    for k in 0..count {
+        runs.push(Heuristic {
+            keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
+            ties: Ties::Preorder,
+            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k + 1),
+            nodes: each.min(limit),
+        });
+    }
+    runs
 }
 
 /// How [`minimize`] stopped.
@@ -379,15 +400,15 @@ struct Run {
 /// their searches.
 const PARALLEL_PART: usize = 24;
 
-/// One decision: a portfolio of searches in different preorders, each
-/// under `limit` nodes, on up to `threads` threads (preorder `k` on thread
-/// `k mod threads`).
+/// One decision: a portfolio of searches in different preorders (see
+/// [`portfolio`]) on up to `threads` threads, each taking the next run not
+/// yet started.
 ///
-/// The answer is that of the lowest-numbered preorder that settles the
-/// decision (a layout, or an exhausted tree) within the limit. A run stops
-/// as soon as a lower-numbered one has settled, since its answer can no
-/// longer be used, but runs below the settled one go on to their own
-/// limit. So the answer depends on the node limit, never on which thread
+/// The answer is that of the lowest-numbered run that settles the
+/// decision (a layout, or an exhausted tree) within its node limit. A run
+/// stops as soon as a lower-numbered one has settled, since its answer can
+/// no longer be used, but runs below the settled one go on to their own
+/// limit. So the answer depends on the node limits, never on which thread
 /// was faster: the same input and limit give the same layout on any number
 /// of threads (unless the deadline cuts a run short).
 fn decide(
@@ -398,23 +419,14 @@ fn decide(
     nodes_left: &mut u64,
     threads: usize,
 ) -> Outcome {
-    let per_run = limit.min(*nodes_left);
-    let runs = portfolio(dfs);
+    let runs = portfolio(dfs, limit.min(*nodes_left));
     let workers = threads.clamp(1, runs.len());
     if workers <= 1 || dfs.size.len() < PARALLEL_PART {
         for h in runs {
             dfs.set_preorder(h);
             let (before, t) = (dfs.nodes, Instant::now());
-            let outcome = dfs.decide(cap, h.nodes(per_run), deadline);
-            trace(
-                dfs,
-                h,
-                cap,
-                h.nodes(per_run),
-                &outcome,
-                dfs.nodes - before,
-                t,
-            );
+            let outcome = dfs.decide(cap, h.nodes, deadline);
+            trace(dfs, h, cap, &outcome, dfs.nodes - before, t);
             *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
             if !matches!(outcome, Outcome::Limit) {
                 return outcome;
@@ -424,38 +436,32 @@ fn decide(
     }
     let runs = &runs;
     let settled = Arc::new(AtomicUsize::new(usize::MAX));
-    // Per thread: the settled runs (preorder index, answer), nodes, backtracks.
+    let next = Arc::new(AtomicUsize::new(0));
+    // Per thread: the settled runs (run index, answer), nodes, backtracks.
     type Report = (Vec<(usize, Outcome)>, u64, u64);
     let results: Vec<Report> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
-            .map(|w| {
+            .map(|_| {
                 let mut mine = dfs.clone();
                 let settled = Arc::clone(&settled);
+                let next = Arc::clone(&next);
                 scope.spawn(move || {
                     let (nodes, backtracks) = (mine.nodes, mine.backtracks);
                     let mut answers = Vec::new();
-                    for k in (w..runs.len()).step_by(workers) {
-                        if settled.load(Ordering::Relaxed) < k {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= runs.len() || settled.load(Ordering::Relaxed) < k {
                             break;
                         }
                         let h = runs[k];
                         mine.stop = Some((Arc::clone(&settled), k));
                         mine.set_preorder(h);
                         let (before, t) = (mine.nodes, Instant::now());
-                        let outcome = mine.decide(cap, h.nodes(per_run), deadline);
-                        trace(
-                            &mine,
-                            h,
-                            cap,
-                            h.nodes(per_run),
-                            &outcome,
-                            mine.nodes - before,
-                            t,
-                        );
+                        let outcome = mine.decide(cap, h.nodes, deadline);
+                        trace(&mine, h, cap, &outcome, mine.nodes - before, t);
                         if !matches!(outcome, Outcome::Limit) {
                             settled.fetch_min(k, Ordering::Relaxed);
                             answers.push((k, outcome));
-                            break;
                         }
                     }
                     (answers, mine.nodes - nodes, mine.backtracks - backtracks)
@@ -483,7 +489,7 @@ fn decide(
 
 /// With `STOW_PLAN_TRACE` set, one line per decision run on standard
 /// error: what it decided, how fast, how deep, and which pruning fired.
-fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes: u64, t: Instant) {
+fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: Instant) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ON.get_or_init(|| std::env::var_os("STOW_PLAN_TRACE").is_some()) {
         return;
@@ -491,14 +497,16 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes
     let secs = t.elapsed().as_secs_f64();
     let p = &dfs.prunes;
     eprintln!(
-        "decide {}{} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
-        h.0,
-        match h.1 {
+        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
+        h.keys,
+        match h.ties {
             Ties::Preorder => "",
             Ties::Time => "/time",
             Ties::TimeLeftFirst => "/left",
         },
+        if h.seed == 0 { "" } else { "/random" },
         dfs.size.len(),
+        h.nodes,
         match outcome {
             Outcome::Found(_) => "found".to_string(),
             Outcome::Infeasible(n) => format!("infeasible (next {n})"),

@@ -52,7 +52,8 @@ pub(super) struct Dfs {
     live: Vec<u32>,
     /// Under lifetimes: each buffer's contiguous section range.
     pub span: Option<Vec<(u32, u32)>>,
-    /// Preorder keys per buffer: (total, width, area, length, size).
+    /// Preorder keys per buffer: (heaviest section, sections spanned,
+    /// area, lifetime length, size).
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
     by_rank: Vec<u32>,
     rank: Vec<u32>,
@@ -212,12 +213,12 @@ impl Dfs {
         let keys = &self.keys;
         self.by_rank.sort_by(|&a, &b| {
             let (ka, kb) = (keys[a as usize], keys[b as usize]);
-            for c in h.0.chars() {
+            for c in h.keys.chars() {
                 let o = match c {
                     'T' => kb.0.cmp(&ka.0),
-                    'W' => kb.1.cmp(&ka.1),
+                    'C' => kb.1.cmp(&ka.1),
                     'A' => kb.2.cmp(&ka.2),
-                    'L' => kb.3.cmp(&ka.3),
+                    'W' => kb.3.cmp(&ka.3),
                     _ => kb.4.cmp(&ka.4),
                 };
                 if o.is_ne() {
@@ -226,11 +227,27 @@ impl Dfs {
             }
             a.cmp(&b)
         });
+        if h.seed != 0 {
+            // A randomised restart: each buffer moves by up to a tenth of
+            // the positions from its place in the preorder.
+            let mut rng = SplitMix(h.seed);
+            let spread = (self.by_rank.len() as u64 / 10).max(1) * 16;
+            let mut scored: Vec<(u64, u32)> = self
+                .by_rank
+                .iter()
+                .enumerate()
+                .map(|(p, &i)| (p as u64 * 16 + rng.below(spread), i))
+                .collect();
+            scored.sort_unstable();
+            for (slot, (_, i)) in self.by_rank.iter_mut().zip(scored) {
+                *slot = i;
+            }
+        }
         for (r, &i) in self.by_rank.iter().enumerate() {
             self.rank[i as usize] = r as u32;
         }
-        self.time_ties = h.1 != Ties::Preorder && self.flags.time_ties && self.span.is_some();
-        self.left_first = self.time_ties && h.1 == Ties::TimeLeftFirst;
+        self.time_ties = h.ties != Ties::Preorder && self.flags.time_ties && self.span.is_some();
+        self.left_first = self.time_ties && h.ties == Ties::TimeLeftFirst;
         self.tie = match &self.span {
             Some(span) if self.time_ties => span.iter().map(|&(lo, _)| lo).collect(),
             _ => self.rank.clone(),
@@ -652,5 +669,18 @@ impl Dfs {
             }
         }
         true
+    }
+}
+
+/// A small seeded generator (SplitMix64) for randomised preorders.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
     }
 }
