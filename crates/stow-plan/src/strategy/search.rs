@@ -51,13 +51,14 @@
 //! or at the time or node limit.
 
 mod dfs;
+mod gate;
 
 use super::{height, Attempt, PlanStats, SearchOptions, Strategy};
 use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
-use dfs::{Dfs, Outcome};
+use dfs::{Dfs, GateRun, Outcome};
+use gate::Gate;
 use std::cmp::Reverse;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -257,41 +258,79 @@ const STATIC: [(&str, Ties, u64); 6] = [
     ("TAW", Ties::TimeLeftFirst, 8),
 ];
 
-/// Randomised restarts: each gets this many nodes per buffer (at least
-/// [`RESTART_MIN`]); a decision runs as many of them as fit in its node
-/// limit (at least two). On the perturbed instances about one restart in
-/// forty finds a layout that every static preorder misses within 300,000
-/// nodes: the search's cost there is heavy-tailed in the preorder.
-const RESTART_NODES: u64 = 12;
-const RESTART_MIN: u64 = 2_000;
+/// Randomised restarts: two lanes, each running restarts one after the
+/// other (each with this many nodes per buffer, at least [`RESTART_MIN`])
+/// under the decision's node limit, with the pace of a static preorder. On the perturbed instances
+/// about one restart in forty finds a layout that every static preorder
+/// misses within 300,000 nodes: the search's cost there is heavy-tailed in
+/// the preorder.
+const RESTART_NODES: u64 = 4;
+const RESTART_MIN: u64 = 512;
+const RESTART_LANES: u64 = 2;
 
-/// The searches [`decide`] runs on `dfs` under node limit `limit`: without
-/// lifetimes, or with `time_ties` off, no time-tie ones. The restarts'
-/// seeds depend on `limit`, so each round of [`minimize`] tries new ones,
-/// and the list depends on nothing but the part and `limit`.
-fn portfolio(dfs: &Dfs, limit: u64) -> Vec<Heuristic> {
+/// The searches [`decide`] runs on `dfs`, each with its share of the node
+/// limit (`limit / share`): without lifetimes, or with `time_ties` off, no
+/// time-tie ones. The list depends on nothing but the part and `limit`.
+fn portfolio(dfs: &Dfs, limit: u64) -> Vec<(Heuristic, u64)> {
     let time = dfs.flags.time_ties && dfs.span.is_some();
-    let mut runs: Vec<Heuristic> = STATIC
+    let mut runs: Vec<(Heuristic, u64)> = STATIC
         .into_iter()
         .filter(|&(_, ties, _)| time || ties == Ties::Preorder)
-        .map(|(keys, ties, share)| Heuristic {
-            keys,
-            ties,
-            seed: 0,
-            nodes: (limit / share).max(1),
+        .map(|(keys, ties, share)| {
+            let h = Heuristic {
+                keys,
+                ties,
+                seed: 0,
+                nodes: (limit / share).max(1),
+            };
+            (h, share)
         })
         .collect();
-    let each = (RESTART_NODES * dfs.size.len() as u64).max(RESTART_MIN);
-    let count = (limit / each).max(2);
-    for k in 0..count {
-        runs.push(Heuristic {
-            keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
+    for lane in 0..RESTART_LANES {
+        let h = Heuristic {
+            keys: "TWA",
             ties: Ties::Preorder,
-            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k + 1),
-            nodes: each.min(limit),
-        });
+            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (lane + 1),
+            nodes: limit,
+        };
+        runs.push((h, 1));
     }
     runs
+}
+
+/// One run of the portfolio under its node limit: one search in its
+/// preorder, or (with a seed) randomised restarts one after the other.
+fn run_one(dfs: &mut Dfs, h: Heuristic, cap: u64, deadline: Instant) -> Outcome {
+    if h.seed == 0 {
+        dfs.set_preorder(h);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, h.nodes, deadline);
+        trace(dfs, h, cap, &outcome, dfs.nodes - before, t);
+        return outcome;
+    }
+    let each = (RESTART_NODES * dfs.size.len() as u64).max(RESTART_MIN);
+    let mut used = 0;
+    let mut k = 0u64;
+    while used < h.nodes {
+        let one = Heuristic {
+            keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
+            seed: h.seed.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1,
+            nodes: each.min(h.nodes - used),
+            ..h
+        };
+        dfs.set_preorder(one);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, one.nodes, deadline);
+        let spent = dfs.nodes - before;
+        trace(dfs, one, cap, &outcome, spent, t);
+        used += spent;
+        if !matches!(outcome, Outcome::Limit) || spent < one.nodes {
+            // Settled, or stopped by the deadline or the lockstep.
+            return outcome;
+        }
+        k += 1;
+    }
+    Outcome::Limit
 }
 
 /// How [`minimize`] stopped.
@@ -309,12 +348,14 @@ enum Ended {
 /// Lowers the height of one part from `seed` (of height `hi`) until it is
 /// at most `goal`. Returns the best layout and how the search ended.
 ///
-/// Each round tries the bottom cap (the larger of the goal and the proven
-/// bound), then, when `anytime` (minimising; with a capacity as the goal a
-/// layout above it is worth nothing), the cap halfway up to the incumbent
-/// with a quarter of the nodes, and doubles the node limit when both run
-/// out. The bottom cap gets most of the work because the optimum is
-/// usually at the bound, and a tight cap prunes hardest.
+/// After a brief try at the proven bound (a tight cap prunes hardest, so a
+/// layout at the bound often comes sooner than one merely within a looser
+/// goal), one decision at the bottom cap (the larger of the goal and the
+/// proven bound) runs until it settles or time runs out; when it proves
+/// the cap infeasible, the next one starts above it. When `anytime`
+/// (minimising; with a capacity as the goal a layout above it is worth
+/// nothing), a probe lane runs beside the portfolio in the same lockstep
+/// and lowers the incumbent meanwhile ([`probe_lane`]).
 fn minimize(
     dfs: &mut Dfs,
     seed: Vec<u64>,
@@ -325,66 +366,144 @@ fn minimize(
 ) -> (Vec<u64>, Ended) {
     let mut best = seed;
     let mut lo = dfs.lower_bound();
-    let mut limit = (4 * dfs.size.len() as u64).max(256);
+    let brief = (4 * dfs.size.len() as u64).max(256);
     let deadline = run.deadline;
     if goal > lo && hi > goal {
-        // A tight cap prunes hardest, so a layout at the bound is often
-        // found faster than one merely within a looser goal: try it first,
-        // briefly.
-        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left, run.threads) {
+        let (outcome, _) = decide(dfs, lo, brief, None, deadline, nodes_left, run.threads);
+        if let Outcome::Found(layout) = outcome {
             return (layout, Ended::Proven);
         }
     }
     loop {
-        for step in 0..2 {
-            if lo >= hi {
-                return (best, Ended::Proven);
-            }
-            if hi <= goal {
-                return (best, Ended::GoalMet);
-            }
-            if *nodes_left == 0 || Instant::now() >= deadline {
-                return (best, Ended::Limit);
-            }
-            let bottom = lo.max(goal);
-            let (cap, nodes) = if step == 0 {
-                (bottom, limit)
-            } else {
-                (bottom + (hi - bottom) / 2, (limit / 4).max(256))
-            };
-            if step == 1 && (cap == bottom || !run.anytime) {
-                // No cap lies between (or none is worth having): the
-                // bottom one needs more nodes.
-                limit = limit.saturating_mul(2);
-                break;
-            }
-            match decide(dfs, cap, nodes, deadline, nodes_left, run.threads) {
-                Outcome::Found(layout) => {
-                    hi = layout
-                        .iter()
-                        .zip(&dfs.size)
-                        .map(|(o, s)| o + s)
-                        .max()
-                        .unwrap_or(0);
-                    best = layout;
-                    if step == 1 {
-                        // The bottom cap is unchanged, and the same cap
-                        // under the same limit would give the same answer.
-                        limit = limit.saturating_mul(2);
-                    }
-                    break;
+        if lo >= hi {
+            return (best, Ended::Proven);
+        }
+        if hi <= goal {
+            return (best, Ended::GoalMet);
+        }
+        if *nodes_left == 0 || Instant::now() >= deadline {
+            return (best, Ended::Limit);
+        }
+        let bottom = lo.max(goal);
+        let probe = run.anytime.then_some(hi);
+        let (outcome, probed) = decide(
+            dfs,
+            bottom,
+            u64::MAX / 4,
+            probe,
+            deadline,
+            nodes_left,
+            run.threads,
+        );
+        if let Some(Probed { layout, lo: proven }) = probed {
+            if let Some(layout) = layout {
+                let h = height_of(&layout, &dfs.size);
+                if h < hi {
+                    (hi, best) = (h, layout);
                 }
-                Outcome::Infeasible(next) => {
-                    lo = next.max(cap + 1);
-                    break;
-                }
-                Outcome::Limit => {}
             }
-            if step == 1 {
-                limit = limit.saturating_mul(2);
+            lo = lo.max(proven);
+        }
+        match outcome {
+            Outcome::Found(layout) => {
+                hi = height_of(&layout, &dfs.size);
+                best = layout;
+            }
+            Outcome::Infeasible(next) => lo = lo.max(next.max(bottom + 1)),
+            Outcome::Limit => {
+                let ended = if lo >= hi {
+                    Ended::Proven
+                } else {
+                    Ended::Limit
+                };
+                return (best, ended);
             }
         }
     }
+}
+
+fn height_of(layout: &[u64], size: &[u64]) -> u64 {
+    layout
+        .iter()
+        .zip(size)
+        .map(|(o, s)| o + s)
+        .max()
+        .unwrap_or(0)
+}
+
+/// What the probe lane leaves: its best layout and the least height it
+/// proved (a cap it exhausted, plus one).
+#[derive(Default)]
+struct Probed {
+    layout: Option<Vec<u64>>,
+    lo: u64,
+}
+
+/// The anytime lane of a minimising decision at `bottom`: from the
+/// incumbent height `hi` down, it tries caps halfway to `bottom`, and
+/// after a try that runs out of nodes, nearer the incumbent (3/4, 7/8 of
+/// the way up), then halfway again with twice the nodes; a layout found
+/// or a cap proven infeasible starts over from the new incumbent or
+/// bottom. (A bisection alone left MiniMalloc's D at 1.076 of its bound:
+/// the cap halfway down stays too hard for small node limits.) It settles
+/// the decision only when it reaches `bottom` itself.
+fn probe_lane(
+    dfs: &mut Dfs,
+    (mut bottom, mut hi): (u64, u64),
+    budget: u64,
+    deadline: Instant,
+    out: &std::sync::Mutex<Probed>,
+) -> Outcome {
+    let target = bottom;
+    let mut grow = (4 * dfs.size.len() as u64).max(256);
+    let mut depth = 1;
+    let mut k = 0usize;
+    let start = dfs.nodes;
+    while hi > bottom + 1 && dfs.nodes - start < budget {
+        let limit = grow.min(budget - (dfs.nodes - start));
+        let gap = hi - bottom;
+        let cap = hi - (gap >> depth).max(1);
+        let h = Heuristic {
+            keys: ["TWA", "TAW", "WAT"][k % 3],
+            ties: Ties::Preorder,
+            seed: 0,
+            nodes: limit,
+        };
+        k += 1;
+        dfs.set_preorder(h);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, limit, deadline);
+        let spent = dfs.nodes - before;
+        trace(dfs, h, cap, &outcome, spent, t);
+        match outcome {
+            Outcome::Found(layout) => {
+                hi = height_of(&layout, &dfs.size);
+                let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                o.layout = Some(layout.clone());
+                if hi <= target {
+                    return Outcome::Found(layout);
+                }
+                depth = 1;
+            }
+            Outcome::Infeasible(next) => {
+                bottom = bottom.max(next.max(cap + 1));
+                let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                o.lo = o.lo.max(bottom);
+                depth = 1;
+            }
+            Outcome::Limit => {
+                if spent < limit {
+                    break; // Stopped by the deadline or the lockstep.
+                }
+                depth += 1;
+                if depth > 3 {
+                    depth = 1;
+                    grow = grow.saturating_mul(2);
+                }
+            }
+        }
+    }
+    Outcome::Limit
 }
 
 /// What every decision of one search run shares.
@@ -396,95 +515,84 @@ struct Run {
     anytime: bool,
 }
 
-/// Parts smaller than this decide on one thread: spawning costs more than
-/// their searches.
-const PARALLEL_PART: usize = 24;
-
-/// One decision: a portfolio of searches in different preorders (see
-/// [`portfolio`]) on up to `threads` threads, each taking the next run not
-/// yet started.
-///
-/// The answer is that of the lowest-numbered run that settles the
-/// decision (a layout, or an exhausted tree) within its node limit. A run
-/// stops as soon as a lower-numbered one has settled, since its answer can
-/// no longer be used, but runs below the settled one go on to their own
-/// limit. So the answer depends on the node limits, never on which thread
-/// was faster: the same input and limit give the same layout on any number
-/// of threads (unless the deadline cuts a run short).
+/// One decision: the portfolio's runs (see [`portfolio`]) under `limit`,
+/// in lockstep on up to `threads` threads (see [`Gate`]): the answer is
+/// that of the lowest-numbered run among those that settle the decision
+/// (a layout, or an exhausted tree) in the first slice in which any does.
+/// It depends on node counts only, never on which thread was faster: the
+/// same input and limit give the same layout on any number of threads
+/// (unless the deadline cuts a run short). With `probe` (the incumbent's
+/// height), a [`probe_lane`] runs last in the lockstep; what it found is
+/// returned beside the answer.
 fn decide(
     dfs: &mut Dfs,
     cap: u64,
     limit: u64,
+    probe: Option<u64>,
     deadline: Instant,
     nodes_left: &mut u64,
     threads: usize,
-) -> Outcome {
-    let runs = portfolio(dfs, limit.min(*nodes_left));
-    let workers = threads.clamp(1, runs.len());
-    if workers <= 1 || dfs.size.len() < PARALLEL_PART {
-        for h in runs {
-            dfs.set_preorder(h);
-            let (before, t) = (dfs.nodes, Instant::now());
-            let outcome = dfs.decide(cap, h.nodes, deadline);
-            trace(dfs, h, cap, &outcome, dfs.nodes - before, t);
-            *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
-            if !matches!(outcome, Outcome::Limit) {
-                return outcome;
-            }
+) -> (Outcome, Option<Probed>) {
+    let budget = limit.min(*nodes_left);
+    let runs = portfolio(dfs, budget);
+    let lanes = runs.len() + usize::from(probe.is_some());
+    let gate = Arc::new(Gate::new(lanes, threads));
+    let probed = std::sync::Mutex::new(Probed::default());
+    let slice = (2 * dfs.size.len() as u64).max(512);
+    let (outcome, spent) = std::thread::scope(|scope| {
+        let start = |k: usize, share: u64, mut mine: Dfs| {
+            let nodes = (slice / share).max(64);
+            mine.gate = Some(GateRun {
+                gate: Arc::clone(&gate),
+                nodes,
+                next: mine.nodes + nodes,
+                slice: 0,
+            });
+            (k, mine)
+        };
+        let mut handles = Vec::with_capacity(lanes);
+        for (k, &(h, share)) in runs.iter().enumerate() {
+            let (k, mut mine) = start(k, share, dfs.clone());
+            let gate = Arc::clone(&gate);
+            handles.push(scope.spawn(move || {
+                let (before, backtracks) = (mine.nodes, mine.backtracks);
+                let outcome = if gate.start() {
+                    run_one(&mut mine, h, cap, deadline)
+                } else {
+                    Outcome::Limit
+                };
+                gate.finish(k, outcome);
+                (mine.nodes - before, mine.backtracks - backtracks)
+            }));
         }
-        return Outcome::Limit;
-    }
-    let runs = &runs;
-    let settled = Arc::new(AtomicUsize::new(usize::MAX));
-    let next = Arc::new(AtomicUsize::new(0));
-    // Per thread: the settled runs (run index, answer), nodes, backtracks.
-    type Report = (Vec<(usize, Outcome)>, u64, u64);
-    let results: Vec<Report> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                let mut mine = dfs.clone();
-                let settled = Arc::clone(&settled);
-                let next = Arc::clone(&next);
-                scope.spawn(move || {
-                    let (nodes, backtracks) = (mine.nodes, mine.backtracks);
-                    let mut answers = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        if k >= runs.len() || settled.load(Ordering::Relaxed) < k {
-                            break;
-                        }
-                        let h = runs[k];
-                        mine.stop = Some((Arc::clone(&settled), k));
-                        mine.set_preorder(h);
-                        let (before, t) = (mine.nodes, Instant::now());
-                        let outcome = mine.decide(cap, h.nodes, deadline);
-                        trace(&mine, h, cap, &outcome, mine.nodes - before, t);
-                        if !matches!(outcome, Outcome::Limit) {
-                            settled.fetch_min(k, Ordering::Relaxed);
-                            answers.push((k, outcome));
-                        }
-                    }
-                    (answers, mine.nodes - nodes, mine.backtracks - backtracks)
-                })
-            })
-            .collect();
-        handles
+        if let Some(hi) = probe {
+            let (k, mut mine) = start(runs.len(), 1, dfs.clone());
+            let (gate, probed) = (Arc::clone(&gate), &probed);
+            handles.push(scope.spawn(move || {
+                let (before, backtracks) = (mine.nodes, mine.backtracks);
+                let outcome = if gate.start() {
+                    probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
+                } else {
+                    Outcome::Limit
+                };
+                gate.finish(k, outcome);
+                (mine.nodes - before, mine.backtracks - backtracks)
+            }));
+        }
+        let outcome = gate.coordinate();
+        let spent: Vec<(u64, u64)> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or((Vec::new(), 0, 0)))
-            .collect()
+            .map(|h| h.join().unwrap_or((0, 0)))
+            .collect();
+        (outcome, spent)
     });
-    let mut best: Option<(usize, Outcome)> = None;
-    for (answers, nodes, backtracks) in results {
+    for (nodes, backtracks) in spent {
         dfs.nodes += nodes;
         dfs.backtracks += backtracks;
         *nodes_left = nodes_left.saturating_sub(nodes);
-        for (k, outcome) in answers {
-            if best.as_ref().is_none_or(|(b, _)| k < *b) {
-                best = Some((k, outcome));
-            }
-        }
     }
-    best.map_or(Outcome::Limit, |(_, o)| o)
+    let probed = probe.map(|_| probed.into_inner().unwrap_or_else(|e| e.into_inner()));
+    (outcome, probed)
 }
 
 /// With `STOW_PLAN_TRACE` set, one line per decision run on standard

@@ -2,9 +2,9 @@
 //! Depth-first over canonical placements with every state change on a
 //! trail, so a failed branch is rolled back exactly.
 
+use super::gate::Gate;
 use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -81,15 +81,23 @@ pub(super) struct Dfs {
     overflow: u64,
     deadline: Instant,
     node_limit: u64,
-    /// Set by the portfolio: the lowest preorder index that has settled
-    /// the decision, and this run's own index. A run stops when a lower
-    /// index has settled, as its own result can no longer be the one used.
-    pub stop: Option<(Arc<AtomicUsize>, usize)>,
+    /// Set by the portfolio's lockstep (see [`Gate`]).
+    pub gate: Option<GateRun>,
     pub nodes: u64,
     pub backtracks: u64,
     /// Why candidates were cut, for `STOW_PLAN_TRACE` (see [`Prunes`]).
     pub prunes: Prunes,
     depth: u32,
+}
+
+/// A run's place in the lockstep: its slice of `nodes` nodes, the node
+/// count at which the current one ends, and its number.
+#[derive(Clone)]
+pub(super) struct GateRun {
+    pub gate: Arc<Gate>,
+    pub nodes: u64,
+    pub next: u64,
+    pub slice: u64,
 }
 
 /// Counters of the pruning that fired, and how deep the search went.
@@ -186,7 +194,7 @@ impl Dfs {
             overflow: u64::MAX,
             deadline: Instant::now(),
             node_limit: 0,
-            stop: None,
+            gate: None,
             nodes: 0,
             backtracks: 0,
             prunes: Prunes {
@@ -280,14 +288,17 @@ impl Dfs {
     /// tie key (0 at the root of a part).
     fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) -> Flow {
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256)
-                && (Instant::now() >= self.deadline
-                    || self
-                        .stop
-                        .as_ref()
-                        .is_some_and(|(s, mine)| s.load(Ordering::Relaxed) < *mine)))
+            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
         {
             return Flow::Limit;
+        }
+        if let Some(g) = self.gate.as_mut() {
+            if self.nodes >= g.next {
+                if !g.gate.pass(&mut g.slice) {
+                    return Flow::Limit;
+                }
+                g.next = self.nodes + g.nodes;
+            }
         }
         self.nodes += 1;
         let canonical = self.flags.canonical;
