@@ -288,7 +288,7 @@ impl Dfs {
     /// tie key (0 at the root of a part).
     fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) -> Flow {
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256) && Instant::now() >= self.deadline)
+            || (self.nodes.is_multiple_of(64) && Instant::now() >= self.deadline)
         {
             return Flow::Limit;
         }

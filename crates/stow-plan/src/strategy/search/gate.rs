@@ -9,6 +9,7 @@
 
 use super::dfs::Outcome;
 use std::sync::{Condvar, Mutex};
+use std::time::Instant;
 
 pub(super) struct Gate {
     state: Mutex<State>,
@@ -16,6 +17,8 @@ pub(super) struct Gate {
     runs: Condvar,
     /// The coordinator waits here for every run to reach the gate.
     coordinator: Condvar,
+    /// After it, no run starts another slice.
+    deadline: Instant,
 }
 
 struct State {
@@ -31,7 +34,7 @@ struct State {
 }
 
 impl Gate {
-    pub fn new(runs: usize, threads: usize) -> Self {
+    pub fn new(runs: usize, threads: usize, deadline: Instant) -> Self {
         Gate {
             state: Mutex::new(State {
                 slice: 0,
@@ -43,6 +46,7 @@ impl Gate {
             }),
             runs: Condvar::new(),
             coordinator: Condvar::new(),
+            deadline,
         }
     }
 
@@ -57,7 +61,7 @@ impl Gate {
         while s.tokens == 0 && !s.stop {
             s = self.runs.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        if s.stop {
+        if s.stop || Instant::now() >= self.deadline {
             return false;
         }
         s.tokens -= 1;
@@ -78,7 +82,7 @@ impl Gate {
         while s.tokens == 0 && !s.stop {
             s = self.runs.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        if s.stop {
+        if s.stop || Instant::now() >= self.deadline {
             return false;
         }
         s.tokens -= 1;
