@@ -568,11 +568,16 @@ fn decide(
             let gate = Arc::clone(&gate);
             handles.push(scope.spawn(move || {
                 let (before, backtracks) = (mine.nodes, mine.backtracks);
-                let outcome = if gate.start() {
-                    run_one(&mut mine, h, cap, deadline)
-                } else {
-                    Outcome::Limit
-                };
+                // A run that panics (e.g. printing a trace to a closed
+                // pipe) must still finish, or the lockstep waits forever.
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if gate.start() {
+                        run_one(&mut mine, h, cap, deadline)
+                    } else {
+                        Outcome::Limit
+                    }
+                }))
+                .unwrap_or(Outcome::Limit);
                 gate.finish(k, outcome);
                 (mine.nodes - before, mine.backtracks - backtracks)
             }));
@@ -582,11 +587,14 @@ fn decide(
             let (gate, probed) = (Arc::clone(&gate), &probed);
             handles.push(scope.spawn(move || {
                 let (before, backtracks) = (mine.nodes, mine.backtracks);
-                let outcome = if gate.start() {
-                    probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
-                } else {
-                    Outcome::Limit
-                };
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if gate.start() {
+                        probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
+                    } else {
+                        Outcome::Limit
+                    }
+                }))
+                .unwrap_or(Outcome::Limit);
                 gate.finish(k, outcome);
                 (mine.nodes - before, mine.backtracks - backtracks)
             }));
