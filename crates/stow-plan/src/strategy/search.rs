@@ -36,19 +36,19 @@
 //! cap? Under lifetimes, when the placed buffers leave no unplaced buffer
 //! spanning some section boundary, the rest falls apart into sides that are
 //! solved one after the other (dynamic decomposition, part of `decompose`).
-//! Each decision runs a portfolio of static preorders and tie rules on the
-//! machine's cores under one node limit, which doubles when all of them
-//! run out; the answer used is that of the lowest-numbered run that
-//! settles, so it does not depend on thread timing ([`decide`]).
+//! Each decision runs a portfolio of static preorders, tie rules and
+//! randomised restarts in lockstep on the machine's cores ([`decide`],
+//! [`gate`]): the answer is the lowest-numbered run among those settling in
+//! the first slice of nodes in which any does, so it does not depend on
+//! thread timing or the thread count.
 //!
-//! Minimising is a sequence of decisions between the best proven bound
-//! `lo` and the incumbent `hi` (first from a heuristic layout): the target
-//! (the lower bound, or the capacity) first; when minimising, a cap that
-//! runs out of nodes is followed by one halfway up towards `hi`; a layout
-//! found lowers `hi`; a cap
-//! proven infeasible raises `lo`. The run stops when the incumbent meets
-//! the target, when `lo` meets `hi` (the incumbent is then proven optimal),
-//! or at the time or node limit.
+//! Minimising: after a brief try at the proven bound `lo`, one decision at
+//! the bottom cap (the larger of the goal and `lo`) runs until it settles
+//! or time runs out; a cap proven infeasible raises `lo` and the next
+//! decision starts above it. Without a capacity a probe lane in the same
+//! lockstep lowers the incumbent `hi` meanwhile. The run stops when the
+//! incumbent meets the target, when `lo` meets `hi` (the incumbent is then
+//! proven optimal), or at the time or node limit.
 
 mod dfs;
 mod gate;
