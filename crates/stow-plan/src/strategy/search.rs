@@ -551,6 +551,10 @@ fn decide(
     let gate = Arc::new(Gate::new(lanes, threads, deadline));
     let probed = std::sync::Mutex::new(Probed::default());
     let slice = (2 * dfs.size.len() as u64).max(512);
+    // The search recurses once per placement, so a run's stack grows with
+    // the part (the first portfolio overflowed the default 2 MiB on a
+    // 10,000-buffer part).
+    let stack = (8 << 20) + 2048 * dfs.size.len();
     let (outcome, spent) = std::thread::scope(|scope| {
         let start = |k: usize, nodes: u64, mut mine: Dfs| {
             let nodes = nodes.max(64);
@@ -566,38 +570,50 @@ fn decide(
         for (k, &(h, share)) in runs.iter().enumerate() {
             let (k, mut mine) = start(k, slice / share, dfs.clone());
             let gate = Arc::clone(&gate);
-            handles.push(scope.spawn(move || {
-                let (before, backtracks) = (mine.nodes, mine.backtracks);
-                // A run that panics (e.g. printing a trace to a closed
-                // pipe) must still finish, or the lockstep waits forever.
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if gate.start() {
-                        run_one(&mut mine, h, cap, deadline)
-                    } else {
-                        Outcome::Limit
-                    }
-                }))
-                .unwrap_or(Outcome::Limit);
-                gate.finish(k, outcome);
-                (mine.nodes - before, mine.backtracks - backtracks)
-            }));
+            handles.push(
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || {
+                        let (before, backtracks) = (mine.nodes, mine.backtracks);
+                        // A run that panics (e.g. printing a trace to a closed
+                        // pipe) must still finish, or the lockstep waits forever.
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                if gate.start() {
+                                    run_one(&mut mine, h, cap, deadline)
+                                } else {
+                                    Outcome::Limit
+                                }
+                            }))
+                            .unwrap_or(Outcome::Limit);
+                        gate.finish(k, outcome);
+                        (mine.nodes - before, mine.backtracks - backtracks)
+                    })
+                    .expect("a search thread"),
+            );
         }
         if let Some(hi) = probe {
             let (k, mut mine) = start(runs.len(), PROBE_PACE * slice, dfs.clone());
             let (gate, probed) = (Arc::clone(&gate), &probed);
-            handles.push(scope.spawn(move || {
-                let (before, backtracks) = (mine.nodes, mine.backtracks);
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if gate.start() {
-                        probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
-                    } else {
-                        Outcome::Limit
-                    }
-                }))
-                .unwrap_or(Outcome::Limit);
-                gate.finish(k, outcome);
-                (mine.nodes - before, mine.backtracks - backtracks)
-            }));
+            handles.push(
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || {
+                        let (before, backtracks) = (mine.nodes, mine.backtracks);
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                if gate.start() {
+                                    probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
+                                } else {
+                                    Outcome::Limit
+                                }
+                            }))
+                            .unwrap_or(Outcome::Limit);
+                        gate.finish(k, outcome);
+                        (mine.nodes - before, mine.backtracks - backtracks)
+                    })
+                    .expect("a search thread"),
+            );
         }
         let outcome = gate.coordinate();
         let spent: Vec<(u64, u64)> = handles
