@@ -144,3 +144,25 @@ proptest::proptest! {
         }
     }
 }
+
+/// MiniMalloc's challenge K and two perturbed challenging instances, which
+/// the first portfolio did not solve in 10 s: each fits its capacity under
+/// a node limit (no timing), the layout passes the independent checker,
+/// and 1 and 2 threads give the same layout.
+#[test]
+fn search_fits_challenge_k_and_perturbed_instances_in_their_capacity() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/planning");
+    for file in [
+        "minimalloc-challenge/K.1048576.csv",
+        "generated/perturb-A-1.csv",
+        "generated/perturb-E-1.csv",
+    ] {
+        let text = std::fs::read_to_string(format!("{dir}/{file}")).expect("testdata");
+        let p = stow_plan::testing::parse_intervals(&text).expect("an interval trace");
+        let one = search(&p, Some(1 << 20), 1);
+        assert!(one.arena_bytes <= 1 << 20, "{file}");
+        assert!(check(&p, &one).is_ok(), "{file}: {:?}", check(&p, &one));
+        let two = search(&p, Some(1 << 20), 2);
+        assert_eq!(one.offsets, two.offsets, "{file}");
+    }
+}

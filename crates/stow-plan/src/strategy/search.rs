@@ -36,28 +36,29 @@
 //! cap? Under lifetimes, when the placed buffers leave no unplaced buffer
 //! spanning some section boundary, the rest falls apart into sides that are
 //! solved one after the other (dynamic decomposition, part of `decompose`).
-//! Each decision runs a portfolio of static preorders and tie rules on the
-//! machine's cores under one node limit, which doubles when all of them
-//! run out; the answer used is that of the lowest-numbered run that
-//! settles, so it does not depend on thread timing ([`decide`]).
+//! Each decision runs a portfolio of static preorders, tie rules and
+//! randomised restarts in lockstep on the machine's cores ([`decide`],
+//! [`gate`]): the answer is the lowest-numbered run among those settling in
+//! the first slice of nodes in which any does, so it does not depend on
+//! thread timing or the thread count.
 //!
-//! Minimising is a sequence of decisions between the best proven bound
-//! `lo` and the incumbent `hi` (first from a heuristic layout): the target
-//! (the lower bound, or the capacity) first; when minimising, a cap that
-//! runs out of nodes is followed by one halfway up towards `hi`; a layout
-//! found lowers `hi`; a cap
-//! proven infeasible raises `lo`. The run stops when the incumbent meets
-//! the target, when `lo` meets `hi` (the incumbent is then proven optimal),
-//! or at the time or node limit.
+//! Minimising: after a brief try at the proven bound `lo`, one decision at
+//! the bottom cap (the larger of the goal and `lo`) runs until it settles
+//! or time runs out; a cap proven infeasible raises `lo` and the next
+//! decision starts above it. Without a capacity a probe lane in the same
+//! lockstep lowers the incumbent `hi` meanwhile. The run stops when the
+//! incumbent meets the target, when `lo` meets `hi` (the incumbent is then
+//! proven optimal), or at the time or node limit.
 
 mod dfs;
+mod gate;
 
 use super::{height, Attempt, PlanStats, SearchOptions, Strategy};
 use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
-use dfs::{Dfs, Outcome};
+use dfs::{Dfs, GateRun, Outcome};
+use gate::Gate;
 use std::cmp::Reverse;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -213,11 +214,18 @@ fn partitions(problem: &Problem, active: &[usize]) -> Vec<Vec<usize>> {
 }
 
 /// One search of the portfolio: a preorder (key letters compared in turn,
-/// each descending: `T` the heaviest section the buffer is in, `W` how many
-/// sections it spans, `A` size × length, `L` length, `Z` size) and the
-/// canonical tie rule at one offset.
+/// each descending, as MiniMalloc names them: `T` the heaviest section the
+/// buffer is in, `W` its width (lifetime length), `C` how many sections it
+/// spans, `A` size × length, `Z` size), the canonical tie rule at one
+/// offset, a seed (0: the preorder as it is; else each buffer moves by up
+/// to a tenth of the positions, a randomised restart) and its node limit.
 #[derive(Clone, Copy)]
-pub(crate) struct Heuristic(&'static str, Ties);
+pub(crate) struct Heuristic {
+    pub keys: &'static str,
+    pub ties: Ties,
+    pub seed: u64,
+    pub nodes: u64,
+}
 
 /// How buffers placed at one offset are ordered (both rules are complete).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -232,45 +240,101 @@ pub(crate) enum Ties {
     TimeLeftFirst,
 }
 
-/// The portfolio, in the order its answers are preferred. Neither tie
-/// rule wins everywhere: preorder ties place the big buffers first and
-/// solve MiniMalloc's challenging A, D and E soonest; time ties fill full
-/// sections row by row and solve B, C and some perturbed instances many
-/// times sooner, but miss A and E. So the preorder runs come first and the
-/// time runs after them with a quarter of the nodes ([`TIME_SHARE`]).
-const HEURISTICS: [Heuristic; 9] = [
-    Heuristic("TWA", Ties::Preorder),
-    Heuristic("WAT", Ties::Preorder),
-    Heuristic("TAW", Ties::Preorder),
-    Heuristic("WTA", Ties::Preorder),
-    Heuristic("AWT", Ties::Preorder),
-    Heuristic("TWA", Ties::Time),
-    Heuristic("WAT", Ties::Time),
-    Heuristic("TAW", Ties::Time),
-    Heuristic("TAW", Ties::TimeLeftFirst),
+/// The static members, in the order their answers are preferred, and the
+/// share of the decision's node limit each gets (`limit / share`).
+/// MiniMalloc's three preorders come first: `W` is the lifetime's length
+/// (this crate's first portfolio read it as the number of sections spanned,
+/// `C` here, which is what left challenge K unsolved: `TCA` runs past
+/// 1,000,000 nodes, `WAT` solves it in about 2,000). Between them they
+/// settle A–E, K and the perturbed B and D in 2,600–19,000 nodes each.
+/// `TCA` and `ACT` (the first portfolio's `TWA` and `AWT`) run at half
+/// pace: `ACT` settles perturb-B-2 at its bound in 900 nodes, where the
+/// others need 16,000 or more.
+/// Time ties fill full sections row by row and settle some instances that
+/// preorder ties miss; they get an eighth of the nodes.
+const STATIC: [(&str, Ties, u64); 7] = [
+    ("TWA", Ties::Preorder, 1),
+    ("TAW", Ties::Preorder, 1),
+    ("WAT", Ties::Preorder, 1),
+    ("TCA", Ties::Preorder, 2),
+    ("ACT", Ties::Preorder, 2),
+    ("TAW", Ties::Time, 8),
+    ("TAW", Ties::TimeLeftFirst, 8),
 ];
 
-/// Time-tie runs get `limit / TIME_SHARE` nodes.
-const TIME_SHARE: u64 = 8;
+/// Randomised restarts: two lanes, each running restarts one after the
+/// other (each with this many nodes per buffer, at least [`RESTART_MIN`])
+/// under the decision's node limit, with the pace of a static preorder. On the perturbed instances
+/// about one restart in forty finds a layout that every static preorder
+/// misses within 300,000 nodes: the search's cost there is heavy-tailed in
+/// the preorder.
+const RESTART_NODES: u64 = 4;
+const RESTART_MIN: u64 = 512;
+const RESTART_LANES: u64 = 2;
 
-impl Heuristic {
-    fn nodes(self, limit: u64) -> u64 {
-        if self.1 == Ties::Preorder {
-            limit
-        } else {
-            (limit / TIME_SHARE).max(1)
-        }
+/// The searches [`decide`] runs on `dfs`, each with its share of the node
+/// limit (`limit / share`): without lifetimes, or with `time_ties` off, no
+/// time-tie ones. The list depends on nothing but the part and `limit`.
+fn portfolio(dfs: &Dfs, limit: u64) -> Vec<(Heuristic, u64)> {
+    let time = dfs.flags.time_ties && dfs.span.is_some();
+    let mut runs: Vec<(Heuristic, u64)> = STATIC
+        .into_iter()
+        .filter(|&(_, ties, _)| time || ties == Ties::Preorder)
+        .map(|(keys, ties, share)| {
+            let h = Heuristic {
+                keys,
+                ties,
+                seed: 0,
+                nodes: (limit / share).max(1),
+            };
+            (h, share)
+        })
+        .collect();
+    for lane in 0..RESTART_LANES {
+        let h = Heuristic {
+            keys: "TWA",
+            ties: Ties::Preorder,
+            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (lane + 1),
+            nodes: limit,
+        };
+        runs.push((h, 1));
     }
+    runs
 }
 
-/// The searches [`decide`] runs on `dfs`: without lifetimes, or with
-/// `time_ties` off, only the preorder-tie ones.
-fn portfolio(dfs: &Dfs) -> Vec<Heuristic> {
-    let time = dfs.flags.time_ties && dfs.span.is_some();
-    HEURISTICS
-        .into_iter()
-        .filter(|h| time || h.1 == Ties::Preorder)
-        .collect()
+/// One run of the portfolio under its node limit: one search in its
+/// preorder, or (with a seed) randomised restarts one after the other.
+fn run_one(dfs: &mut Dfs, h: Heuristic, cap: u64, deadline: Instant) -> Outcome {
+    if h.seed == 0 {
+        dfs.set_preorder(h);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, h.nodes, deadline);
+        trace(dfs, h, cap, &outcome, dfs.nodes - before, t);
+        return outcome;
+    }
+    let each = (RESTART_NODES * dfs.size.len() as u64).max(RESTART_MIN);
+    let mut used = 0;
+    let mut k = 0u64;
+    while used < h.nodes {
+        let one = Heuristic {
+            keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
+            seed: h.seed.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1,
+            nodes: each.min(h.nodes - used),
+            ..h
+        };
+        dfs.set_preorder(one);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, one.nodes, deadline);
+        let spent = dfs.nodes - before;
+        trace(dfs, one, cap, &outcome, spent, t);
+        used += spent;
+        if !matches!(outcome, Outcome::Limit) || spent < one.nodes {
+            // Settled, or stopped by the deadline or the lockstep.
+            return outcome;
+        }
+        k += 1;
+    }
+    Outcome::Limit
 }
 
 /// How [`minimize`] stopped.
@@ -288,12 +352,14 @@ enum Ended {
 /// Lowers the height of one part from `seed` (of height `hi`) until it is
 /// at most `goal`. Returns the best layout and how the search ended.
 ///
-/// Each round tries the bottom cap (the larger of the goal and the proven
-/// bound), then, when `anytime` (minimising; with a capacity as the goal a
-/// layout above it is worth nothing), the cap halfway up to the incumbent
-/// with a quarter of the nodes, and doubles the node limit when both run
-/// out. The bottom cap gets most of the work because the optimum is
-/// usually at the bound, and a tight cap prunes hardest.
+/// After a brief try at the proven bound (a tight cap prunes hardest, so a
+/// layout at the bound often comes sooner than one merely within a looser
+/// goal), one decision at the bottom cap (the larger of the goal and the
+/// proven bound) runs until it settles or time runs out; when it proves
+/// the cap infeasible, the next one starts above it. When `anytime`
+/// (minimising; with a capacity as the goal a layout above it is worth
+/// nothing), a probe lane runs beside the portfolio in the same lockstep
+/// and lowers the incumbent meanwhile ([`probe_lane`]).
 fn minimize(
     dfs: &mut Dfs,
     seed: Vec<u64>,
@@ -304,66 +370,152 @@ fn minimize(
 ) -> (Vec<u64>, Ended) {
     let mut best = seed;
     let mut lo = dfs.lower_bound();
-    let mut limit = (4 * dfs.size.len() as u64).max(256);
+    let brief = (4 * dfs.size.len() as u64).max(256);
     let deadline = run.deadline;
     if goal > lo && hi > goal {
-        // A tight cap prunes hardest, so a layout at the bound is often
-        // found faster than one merely within a looser goal: try it first,
-        // briefly.
-        if let Outcome::Found(layout) = decide(dfs, lo, limit, deadline, nodes_left, run.threads) {
+        let (outcome, _) = decide(dfs, lo, brief, None, deadline, nodes_left, run.threads);
+        if let Outcome::Found(layout) = outcome {
             return (layout, Ended::Proven);
         }
     }
     loop {
-        for step in 0..2 {
-            if lo >= hi {
-                return (best, Ended::Proven);
-            }
-            if hi <= goal {
-                return (best, Ended::GoalMet);
-            }
-            if *nodes_left == 0 || Instant::now() >= deadline {
-                return (best, Ended::Limit);
-            }
-            let bottom = lo.max(goal);
-            let (cap, nodes) = if step == 0 {
-                (bottom, limit)
-            } else {
-                (bottom + (hi - bottom) / 2, (limit / 4).max(256))
-            };
-            if step == 1 && (cap == bottom || !run.anytime) {
-                // No cap lies between (or none is worth having): the
-                // bottom one needs more nodes.
-                limit = limit.saturating_mul(2);
-                break;
-            }
-            match decide(dfs, cap, nodes, deadline, nodes_left, run.threads) {
-                Outcome::Found(layout) => {
-                    hi = layout
-                        .iter()
-                        .zip(&dfs.size)
-                        .map(|(o, s)| o + s)
-                        .max()
-                        .unwrap_or(0);
-                    best = layout;
-                    if step == 1 {
-                        // The bottom cap is unchanged, and the same cap
-                        // under the same limit would give the same answer.
-                        limit = limit.saturating_mul(2);
-                    }
-                    break;
+        if lo >= hi {
+            return (best, Ended::Proven);
+        }
+        if hi <= goal {
+            return (best, Ended::GoalMet);
+        }
+        if *nodes_left == 0 || Instant::now() >= deadline {
+            return (best, Ended::Limit);
+        }
+        let bottom = lo.max(goal);
+        let probe = run.anytime.then_some(hi);
+        let (outcome, probed) = decide(
+            dfs,
+            bottom,
+            u64::MAX / 4,
+            probe,
+            deadline,
+            nodes_left,
+            run.threads,
+        );
+        if let Some(Probed { layout, lo: proven }) = probed {
+            if let Some(layout) = layout {
+                let h = height_of(&layout, &dfs.size);
+                if h < hi {
+                    (hi, best) = (h, layout);
                 }
-                Outcome::Infeasible(next) => {
-                    lo = next.max(cap + 1);
-                    break;
-                }
-                Outcome::Limit => {}
             }
-            if step == 1 {
-                limit = limit.saturating_mul(2);
+            lo = lo.max(proven);
+        }
+        match outcome {
+            Outcome::Found(layout) => {
+                hi = height_of(&layout, &dfs.size);
+                best = layout;
+            }
+            Outcome::Infeasible(next) => lo = lo.max(next.max(bottom + 1)),
+            Outcome::Limit => {
+                let ended = if lo >= hi {
+                    Ended::Proven
+                } else {
+                    Ended::Limit
+                };
+                return (best, ended);
             }
         }
     }
+}
+
+fn height_of(layout: &[u64], size: &[u64]) -> u64 {
+    layout
+        .iter()
+        .zip(size)
+        .map(|(o, s)| o + s)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The probe lane's pace against a static preorder's. Faster (3) helped
+/// where the bound is out of reach (perturb-D-1: 1.062 instead of 1.095 of
+/// the bound, in one run of two) but cost A its optimum within 1 s (the
+/// winning run's 18,800 nodes are paid by every run in the lockstep).
+const PROBE_PACE: u64 = 1;
+
+/// What the probe lane leaves: its best layout and the least height it
+/// proved (a cap it exhausted, plus one).
+#[derive(Default)]
+struct Probed {
+    layout: Option<Vec<u64>>,
+    lo: u64,
+}
+
+/// The anytime lane of a minimising decision at `bottom`: from the
+/// incumbent height `hi` down, it tries caps halfway to `bottom`, and
+/// after a try that runs out of nodes, nearer the incumbent (3/4, 7/8 of
+/// the way up), then halfway again with twice the nodes; a layout found
+/// or a cap proven infeasible starts over from the new incumbent or
+/// bottom. (A bisection alone left MiniMalloc's D at 1.076 of its bound:
+/// the cap halfway down stays too hard for small node limits.) It settles
+/// the decision only when it reaches `bottom` itself.
+fn probe_lane(
+    dfs: &mut Dfs,
+    (mut bottom, mut hi): (u64, u64),
+    budget: u64,
+    deadline: Instant,
+    out: &std::sync::Mutex<Probed>,
+) -> Outcome {
+    let target = bottom;
+    let mut grow = (4 * dfs.size.len() as u64).max(256);
+    let mut depth = 1usize;
+    let mut k = 0usize;
+    let start = dfs.nodes;
+    while hi > bottom + 1 && dfs.nodes - start < budget {
+        let limit = grow.min(budget - (dfs.nodes - start));
+        let gap = hi - bottom;
+        let cap = hi - (gap >> depth).max(1);
+        let h = Heuristic {
+            // Four preorders against three caps per cycle: each cap
+            // meets every preorder in turn.
+            keys: ["TWA", "TAW", "WAT", "TCA"][k % 4],
+            ties: Ties::Preorder,
+            seed: 0,
+            nodes: limit,
+        };
+        k += 1;
+        dfs.set_preorder(h);
+        let (before, t) = (dfs.nodes, Instant::now());
+        let outcome = dfs.decide(cap, limit, deadline);
+        let spent = dfs.nodes - before;
+        trace(dfs, h, cap, &outcome, spent, t);
+        match outcome {
+            Outcome::Found(layout) => {
+                hi = height_of(&layout, &dfs.size);
+                let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                o.layout = Some(layout.clone());
+                if hi <= target {
+                    return Outcome::Found(layout);
+                }
+                depth = 1;
+            }
+            Outcome::Infeasible(next) => {
+                bottom = bottom.max(next.max(cap + 1));
+                let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
+                o.lo = o.lo.max(bottom);
+                depth = 1;
+            }
+            Outcome::Limit => {
+                if spent < limit {
+                    break; // Stopped by the deadline or the lockstep.
+                }
+                depth += 1;
+                if depth > 3 {
+                    depth = 1;
+                    grow = grow.saturating_mul(2);
+                }
+            }
+        }
+    }
+    Outcome::Limit
 }
 
 /// What every decision of one search run shares.
@@ -375,115 +527,113 @@ struct Run {
     anytime: bool,
 }
 
-/// Parts smaller than this decide on one thread: spawning costs more than
-/// their searches.
-const PARALLEL_PART: usize = 24;
-
-/// One decision: a portfolio of searches in different preorders, each
-/// under `limit` nodes, on up to `threads` threads (preorder `k` on thread
-/// `k mod threads`).
-///
-/// The answer is that of the lowest-numbered preorder that settles the
-/// decision (a layout, or an exhausted tree) within the limit. A run stops
-/// as soon as a lower-numbered one has settled, since its answer can no
-/// longer be used, but runs below the settled one go on to their own
-/// limit. So the answer depends on the node limit, never on which thread
-/// was faster: the same input and limit give the same layout on any number
-/// of threads (unless the deadline cuts a run short).
+/// One decision: the portfolio's runs (see [`portfolio`]) under `limit`,
+/// in lockstep on up to `threads` threads (see [`Gate`]): the answer is
+/// that of the lowest-numbered run among those that settle the decision
+/// (a layout, or an exhausted tree) in the first slice in which any does.
+/// It depends on node counts only, never on which thread was faster: the
+/// same input and limit give the same layout on any number of threads
+/// (unless the deadline cuts a run short). With `probe` (the incumbent's
+/// height), a [`probe_lane`] runs last in the lockstep; what it found is
+/// returned beside the answer.
 fn decide(
     dfs: &mut Dfs,
     cap: u64,
     limit: u64,
+    probe: Option<u64>,
     deadline: Instant,
     nodes_left: &mut u64,
     threads: usize,
-) -> Outcome {
-    let per_run = limit.min(*nodes_left);
-    let runs = portfolio(dfs);
-    let workers = threads.clamp(1, runs.len());
-    if workers <= 1 || dfs.size.len() < PARALLEL_PART {
-        for h in runs {
-            dfs.set_preorder(h);
-            let (before, t) = (dfs.nodes, Instant::now());
-            let outcome = dfs.decide(cap, h.nodes(per_run), deadline);
-            trace(
-                dfs,
-                h,
-                cap,
-                h.nodes(per_run),
-                &outcome,
-                dfs.nodes - before,
-                t,
+) -> (Outcome, Option<Probed>) {
+    let budget = limit.min(*nodes_left);
+    let runs = portfolio(dfs, budget);
+    let lanes = runs.len() + usize::from(probe.is_some());
+    let gate = Arc::new(Gate::new(lanes, threads, deadline));
+    let probed = std::sync::Mutex::new(Probed::default());
+    let slice = (2 * dfs.size.len() as u64).max(512);
+    // The search recurses once per placement, so a run's stack grows with
+    // the part (the first portfolio overflowed the default 2 MiB on a
+    // 10,000-buffer part).
+    let stack = (8 << 20) + 2048 * dfs.size.len();
+    let (outcome, spent) = std::thread::scope(|scope| {
+        let start = |k: usize, nodes: u64, mut mine: Dfs| {
+            let nodes = nodes.max(64);
+            mine.gate = Some(GateRun {
+                gate: Arc::clone(&gate),
+                nodes,
+                next: mine.nodes + nodes,
+                slice: 0,
+            });
+            (k, mine)
+        };
+        let mut handles = Vec::with_capacity(lanes);
+        for (k, &(h, share)) in runs.iter().enumerate() {
+            let (k, mut mine) = start(k, slice / share, dfs.clone());
+            let gate = Arc::clone(&gate);
+            handles.push(
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || {
+                        let (before, backtracks) = (mine.nodes, mine.backtracks);
+                        // A run that panics (e.g. printing a trace to a closed
+                        // pipe) must still finish, or the lockstep waits forever.
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                if gate.start() {
+                                    run_one(&mut mine, h, cap, deadline)
+                                } else {
+                                    Outcome::Limit
+                                }
+                            }))
+                            .unwrap_or(Outcome::Limit);
+                        gate.finish(k, outcome);
+                        (mine.nodes - before, mine.backtracks - backtracks)
+                    })
+                    .expect("a search thread"),
             );
-            *nodes_left = nodes_left.saturating_sub(dfs.nodes - before);
-            if !matches!(outcome, Outcome::Limit) {
-                return outcome;
-            }
         }
-        return Outcome::Limit;
-    }
-    let runs = &runs;
-    let settled = Arc::new(AtomicUsize::new(usize::MAX));
-    // Per thread: the settled runs (preorder index, answer), nodes, backtracks.
-    type Report = (Vec<(usize, Outcome)>, u64, u64);
-    let results: Vec<Report> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let mut mine = dfs.clone();
-                let settled = Arc::clone(&settled);
-                scope.spawn(move || {
-                    let (nodes, backtracks) = (mine.nodes, mine.backtracks);
-                    let mut answers = Vec::new();
-                    for k in (w..runs.len()).step_by(workers) {
-                        if settled.load(Ordering::Relaxed) < k {
-                            break;
-                        }
-                        let h = runs[k];
-                        mine.stop = Some((Arc::clone(&settled), k));
-                        mine.set_preorder(h);
-                        let (before, t) = (mine.nodes, Instant::now());
-                        let outcome = mine.decide(cap, h.nodes(per_run), deadline);
-                        trace(
-                            &mine,
-                            h,
-                            cap,
-                            h.nodes(per_run),
-                            &outcome,
-                            mine.nodes - before,
-                            t,
-                        );
-                        if !matches!(outcome, Outcome::Limit) {
-                            settled.fetch_min(k, Ordering::Relaxed);
-                            answers.push((k, outcome));
-                            break;
-                        }
-                    }
-                    (answers, mine.nodes - nodes, mine.backtracks - backtracks)
-                })
-            })
-            .collect();
-        handles
+        if let Some(hi) = probe {
+            let (k, mut mine) = start(runs.len(), PROBE_PACE * slice, dfs.clone());
+            let (gate, probed) = (Arc::clone(&gate), &probed);
+            handles.push(
+                std::thread::Builder::new()
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || {
+                        let (before, backtracks) = (mine.nodes, mine.backtracks);
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                if gate.start() {
+                                    probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
+                                } else {
+                                    Outcome::Limit
+                                }
+                            }))
+                            .unwrap_or(Outcome::Limit);
+                        gate.finish(k, outcome);
+                        (mine.nodes - before, mine.backtracks - backtracks)
+                    })
+                    .expect("a search thread"),
+            );
+        }
+        let outcome = gate.coordinate();
+        let spent: Vec<(u64, u64)> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or((Vec::new(), 0, 0)))
-            .collect()
+            .map(|h| h.join().unwrap_or((0, 0)))
+            .collect();
+        (outcome, spent)
     });
-    let mut best: Option<(usize, Outcome)> = None;
-    for (answers, nodes, backtracks) in results {
+    for (nodes, backtracks) in spent {
         dfs.nodes += nodes;
         dfs.backtracks += backtracks;
         *nodes_left = nodes_left.saturating_sub(nodes);
-        for (k, outcome) in answers {
-            if best.as_ref().is_none_or(|(b, _)| k < *b) {
-                best = Some((k, outcome));
-            }
-        }
     }
-    best.map_or(Outcome::Limit, |(_, o)| o)
+    let probed = probe.map(|_| probed.into_inner().unwrap_or_else(|e| e.into_inner()));
+    (outcome, probed)
 }
 
 /// With `STOW_PLAN_TRACE` set, one line per decision run on standard
 /// error: what it decided, how fast, how deep, and which pruning fired.
-fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes: u64, t: Instant) {
+fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: Instant) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ON.get_or_init(|| std::env::var_os("STOW_PLAN_TRACE").is_some()) {
         return;
@@ -491,14 +641,16 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, limit: u64, outcome: &Outcome, nodes
     let secs = t.elapsed().as_secs_f64();
     let p = &dfs.prunes;
     eprintln!(
-        "decide {}{} bufs {} cap {cap} limit {limit} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
-        h.0,
-        match h.1 {
+        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {}",
+        h.keys,
+        match h.ties {
             Ties::Preorder => "",
             Ties::Time => "/time",
             Ties::TimeLeftFirst => "/left",
         },
+        if h.seed == 0 { "" } else { "/random" },
         dfs.size.len(),
+        h.nodes,
         match outcome {
             Outcome::Found(_) => "found".to_string(),
             Outcome::Infeasible(n) => format!("infeasible (next {n})"),
@@ -605,6 +757,126 @@ fn sections(sub: &Problem, adj: &[Vec<u32>]) -> Vec<Vec<u32>> {
             cliques.sort();
             cliques.dedup();
             cliques
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Randomised restarts and the lockstep change only the order the
+    //! search visits candidates in, never what it can reach: on small
+    //! random instances every randomised preorder, under every switch
+    //! combination, finds a layout exactly when one exists (checked
+    //! against an exhaustive search with every pruning off), and the
+    //! lockstep gives the same answer on 1, 2 and 3 threads.
+
+    use super::*;
+    use crate::problem::Buffer;
+
+    /// A small seeded generator (SplitMix64).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) % n.max(1)
+        }
+    }
+
+    fn random_problem(seed: u64, n: usize) -> Problem {
+        let mut r = Rng(seed);
+        let buffers = (0..n)
+            .map(|_| {
+                let start = r.below(8) as u32;
+                let end = start + 1 + r.below(5) as u32;
+                Buffer::new(1 + r.below(6), start, end, 1)
+            })
+            .collect();
+        Problem::new(buffers, ConflictModel::Lifetimes)
+    }
+
+    fn exhaustive(problem: &Problem, cap: u64) -> bool {
+        let part: Vec<usize> = (0..problem.buffers.len()).collect();
+        let mut dfs = build(
+            problem,
+            &part,
+            SearchOptions::combinations().next().unwrap(),
+        );
+        dfs.set_preorder(Heuristic {
+            keys: "TWA",
+            ties: Ties::Preorder,
+            seed: 0,
+            nodes: u64::MAX,
+        });
+        let far = Instant::now() + std::time::Duration::from_secs(60);
+        match dfs.decide(cap, u64::MAX / 4, far) {
+            Outcome::Found(_) => true,
+            Outcome::Infeasible(_) => false,
+            Outcome::Limit => panic!("no limit was set"),
+        }
+    }
+
+    #[test]
+    fn randomised_preorders_find_a_layout_whenever_one_exists() {
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        for seed in 0..120u64 {
+            let p = random_problem(seed, 4 + (seed % 4) as usize);
+            let part: Vec<usize> = (0..p.buffers.len()).collect();
+            let lo = crate::lower_bound(&p);
+            for cap in [lo, lo + 1, lo + 3] {
+                let feasible = exhaustive(&p, cap);
+                for (m, flags) in SearchOptions::combinations().enumerate() {
+                    if m % 7 != (seed % 7) as usize {
+                        continue; // A seventh of the combinations per instance.
+                    }
+                    let mut dfs = build(&p, &part, flags);
+                    for k in 0..4u64 {
+                        dfs.set_preorder(Heuristic {
+                            keys: ["TWA", "TAW", "WAT", "TCA"][k as usize],
+                            ties: [Ties::Preorder, Ties::Time][(k % 2) as usize],
+                            seed: seed * 31 + k + 1,
+                            nodes: u64::MAX,
+                        });
+                        let found = match dfs.decide(cap, u64::MAX / 4, far) {
+                            Outcome::Found(layout) => {
+                                assert!(height_of(&layout, &dfs.size) <= cap);
+                                true
+                            }
+                            Outcome::Infeasible(_) => false,
+                            Outcome::Limit => panic!("no limit was set"),
+                        };
+                        assert_eq!(
+                            found, feasible,
+                            "seed {seed}, cap {cap}, switches {m}, run {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_lockstep_answer_does_not_depend_on_the_thread_count() {
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        for seed in 0..40u64 {
+            let p = random_problem(1000 + seed, 10 + (seed % 8) as usize);
+            let part: Vec<usize> = (0..p.buffers.len()).collect();
+            let lo = crate::lower_bound(&p);
+            let answers: Vec<Option<Vec<u64>>> = (1..=3)
+                .map(|threads| {
+                    let mut dfs = build(&p, &part, SearchOptions::ALL_ON);
+                    let mut left = u64::MAX;
+                    match decide(&mut dfs, lo + 1, 1 << 40, None, far, &mut left, threads).0 {
+                        Outcome::Found(layout) => Some(layout),
+                        _ => None,
+                    }
+                })
+                .collect();
+            assert_eq!(answers[0], answers[1], "seed {seed}");
+            assert_eq!(answers[0], answers[2], "seed {seed}");
         }
     }
 }

@@ -2,9 +2,9 @@
 //! Depth-first over canonical placements with every state change on a
 //! trail, so a failed branch is rolled back exactly.
 
+use super::gate::Gate;
 use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -52,7 +52,8 @@ pub(super) struct Dfs {
     live: Vec<u32>,
     /// Under lifetimes: each buffer's contiguous section range.
     pub span: Option<Vec<(u32, u32)>>,
-    /// Preorder keys per buffer: (total, width, area, length, size).
+    /// Preorder keys per buffer: (heaviest section, sections spanned,
+    /// area, lifetime length, size).
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
     by_rank: Vec<u32>,
     rank: Vec<u32>,
@@ -80,15 +81,23 @@ pub(super) struct Dfs {
     overflow: u64,
     deadline: Instant,
     node_limit: u64,
-    /// Set by the portfolio: the lowest preorder index that has settled
-    /// the decision, and this run's own index. A run stops when a lower
-    /// index has settled, as its own result can no longer be the one used.
-    pub stop: Option<(Arc<AtomicUsize>, usize)>,
+    /// Set by the portfolio's lockstep (see [`Gate`]).
+    pub gate: Option<GateRun>,
     pub nodes: u64,
     pub backtracks: u64,
     /// Why candidates were cut, for `STOW_PLAN_TRACE` (see [`Prunes`]).
     pub prunes: Prunes,
     depth: u32,
+}
+
+/// A run's place in the lockstep: its slice of `nodes` nodes, the node
+/// count at which the current one ends, and its number.
+#[derive(Clone)]
+pub(super) struct GateRun {
+    pub gate: Arc<Gate>,
+    pub nodes: u64,
+    pub next: u64,
+    pub slice: u64,
 }
 
 /// Counters of the pruning that fired, and how deep the search went.
@@ -185,7 +194,7 @@ impl Dfs {
             overflow: u64::MAX,
             deadline: Instant::now(),
             node_limit: 0,
-            stop: None,
+            gate: None,
             nodes: 0,
             backtracks: 0,
             prunes: Prunes {
@@ -212,12 +221,12 @@ impl Dfs {
         let keys = &self.keys;
         self.by_rank.sort_by(|&a, &b| {
             let (ka, kb) = (keys[a as usize], keys[b as usize]);
-            for c in h.0.chars() {
+            for c in h.keys.chars() {
                 let o = match c {
                     'T' => kb.0.cmp(&ka.0),
-                    'W' => kb.1.cmp(&ka.1),
+                    'C' => kb.1.cmp(&ka.1),
                     'A' => kb.2.cmp(&ka.2),
-                    'L' => kb.3.cmp(&ka.3),
+                    'W' => kb.3.cmp(&ka.3),
                     _ => kb.4.cmp(&ka.4),
                 };
                 if o.is_ne() {
@@ -226,11 +235,27 @@ impl Dfs {
             }
             a.cmp(&b)
         });
+        if h.seed != 0 {
+            // A randomised restart: each buffer moves by up to a tenth of
+            // the positions from its place in the preorder.
+            let mut rng = SplitMix(h.seed);
+            let spread = (self.by_rank.len() as u64 / 10).max(1) * 16;
+            let mut scored: Vec<(u64, u32)> = self
+                .by_rank
+                .iter()
+                .enumerate()
+                .map(|(p, &i)| (p as u64 * 16 + rng.below(spread), i))
+                .collect();
+            scored.sort_unstable();
+            for (slot, (_, i)) in self.by_rank.iter_mut().zip(scored) {
+                *slot = i;
+            }
+        }
         for (r, &i) in self.by_rank.iter().enumerate() {
             self.rank[i as usize] = r as u32;
         }
-        self.time_ties = h.1 != Ties::Preorder && self.flags.time_ties && self.span.is_some();
-        self.left_first = self.time_ties && h.1 == Ties::TimeLeftFirst;
+        self.time_ties = h.ties != Ties::Preorder && self.flags.time_ties && self.span.is_some();
+        self.left_first = self.time_ties && h.ties == Ties::TimeLeftFirst;
         self.tie = match &self.span {
             Some(span) if self.time_ties => span.iter().map(|&(lo, _)| lo).collect(),
             _ => self.rank.clone(),
@@ -263,14 +288,17 @@ impl Dfs {
     /// tie key (0 at the root of a part).
     fn dfs(&mut self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) -> Flow {
         if self.nodes >= self.node_limit
-            || (self.nodes.is_multiple_of(256)
-                && (Instant::now() >= self.deadline
-                    || self
-                        .stop
-                        .as_ref()
-                        .is_some_and(|(s, mine)| s.load(Ordering::Relaxed) < *mine)))
+            || (self.nodes.is_multiple_of(64) && Instant::now() >= self.deadline)
         {
             return Flow::Limit;
+        }
+        if let Some(g) = self.gate.as_mut() {
+            if self.nodes >= g.next {
+                if !g.gate.pass(&mut g.slice) {
+                    return Flow::Limit;
+                }
+                g.next = self.nodes + g.nodes;
+            }
         }
         self.nodes += 1;
         let canonical = self.flags.canonical;
@@ -652,5 +680,18 @@ impl Dfs {
             }
         }
         true
+    }
+}
+
+/// A small seeded generator (SplitMix64) for randomised preorders.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
     }
 }
