@@ -44,7 +44,8 @@ fn bundle_name(model: &std::path::Path) -> String {
 /// flags: `inputs={"image": [1, 3, 224, 224]}` (`--input`), `dims={"N":
 /// 1}` (`--dim`), `set={"sr": 16000, "mode": [1, 0, 0]}` (`--set`),
 /// `set_npz=[path]`, `strategy`, `time_limit` (seconds), `capacity`,
-/// `align`, `threads`, `max_arena`, the reuse switches `inplace`,
+/// `align`, `threads`, `pack_weights` (`--no-pack-weights` is
+/// `pack_weights=False`), `max_arena`, the reuse switches `inplace`,
 /// `views`, `concat_inplace`, `reuse_inputs`, `concurrent_branches`
 /// (`--no-inplace` is `inplace=False`), and `compare`. Memory pools:
 /// `pools={"sram": 524288, "dram": None}` (`--pool`, fastest first; a dict
@@ -65,6 +66,7 @@ fn bundle_name(model: &std::path::Path) -> String {
     capacity = None,
     align = DEFAULT_ALIGN,
     threads = DEFAULT_THREADS,
+    pack_weights = true,
     max_arena = DEFAULT_MAX_ARENA,
     inplace = true,
     views = true,
@@ -89,6 +91,7 @@ fn compile<'py>(
     capacity: Option<u64>,
     align: u64,
     threads: u32,
+    pack_weights: bool,
     max_arena: u64,
     inplace: bool,
     views: bool,
@@ -112,6 +115,7 @@ fn compile<'py>(
             capacity,
             align,
             threads,
+            pack_weights,
             max_arena,
             reuse: ReuseOptions {
                 inplace,
