@@ -839,6 +839,21 @@ def qdq_activations():
     return model, feeds, []
 
 
+def conv_packed_without_scratch():
+    """A lone Conv whose arena has no room for kernel scratch: its weight
+    is packed with the shallowest depth block and the step plans no
+    scratch. `stow verify` once unpacked such a weight with the usual depth
+    block and reported it differing from the model (the ONNX pytorch
+    Conv1d cases)."""
+    rng = np.random.default_rng(29)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[5])]
+    inits = [weight(rng, "w", [8, 6, 5]),
+             numpy_helper.from_array(rng.standard_normal([8]).astype(np.float32), "b")]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 20])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    return model, {"x": rng.standard_normal([1, 6, 20]).astype(np.float32)}, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -853,7 +868,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
          qdq_cnn, qdq_mlp, qdq_activations, layernorm_constant_rows,
-         logsumexp_extreme_values]
+         logsumexp_extreme_values, conv_packed_without_scratch]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

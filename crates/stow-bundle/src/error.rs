@@ -259,7 +259,7 @@ pub enum BundleError {
         offset: u64,
     },
     /// The metadata section does not decode as a `BundleMeta` message.
-    #[error("metadata section ({length} bytes at {offset}) does not decode: {source}")]
+    #[error("metadata section ({length} bytes at {offset}) does not decode")]
     Metadata {
         /// File offset of the section.
         offset: u64,
@@ -353,7 +353,7 @@ pub enum BundleError {
     },
     /// Creating, writing, syncing or renaming the file failed.
     #[cfg(feature = "std")]
-    #[error("writing {}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     Io {
         /// The file that was to be written.
         path: PathBuf,

@@ -264,7 +264,7 @@ fn runtime_failure(e: RuntimeError) -> Failure {
         RuntimeError::Invalid { .. } => STOW_ERR_INVALID_BUNDLE,
         RuntimeError::Misaligned { .. } => STOW_ERR_MISALIGNED,
     };
-    Failure::new(status, e.to_string())
+    Failure::new(status, crate::describe(&e))
 }
 
 /// Boxes an opened bundle into a handle at `*out`.

@@ -138,6 +138,19 @@ impl Failure {
 
 pub(crate) type Outcome<T = ()> = Result<T, Failure>;
 
+/// An error and its causes joined by `: `, as `stow` prints them: the
+/// message a C caller gets.
+pub(crate) fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// Runs `body`, turning a panic into `STOW_ERR_PANIC` with its message, so
 /// that no unwinding reaches the C caller.
 pub(crate) fn guarded<T>(call: &str, body: impl FnOnce() -> Outcome<T>) -> Outcome<T> {

@@ -60,7 +60,7 @@ fn session_failure(e: SessionError) -> Failure {
         SessionError::Lookup(_) => STOW_ERR_NOT_FOUND,
         SessionError::InputSize { .. } => STOW_ERR_SIZE_MISMATCH,
     };
-    Failure::new(status, e.to_string())
+    Failure::new(status, crate::describe(&e))
 }
 
 /// Creates a session on `bundle`'s shared state and hands it out at `*out`.

@@ -36,6 +36,29 @@ fn every_testdata_model_verifies_bit_exact() {
     }
 }
 
+/// A weight packed with the shallow depth block of a step with no room
+/// for scratch (so the bundle plans no scratch at all) is unpacked with
+/// the bundle's depth block, not the usual one.
+#[test]
+fn packed_weight_of_a_step_without_scratch_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/conv_packed_without_scratch/model.onnx");
+    let out = dir.path().join("v.stow");
+    let json = compile_and_inspect(&model, &out, &[]);
+    // One Conv, its weight packed 16 deep (not 30), and no scratch output.
+    let packed: Vec<_> = json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["packed_depth_block"].as_i64())
+        .collect();
+    assert_eq!(packed, [16], "{json}");
+    assert_eq!(json["ops"][0]["outputs"].as_array().unwrap().len(), 1);
+    let o = verify(&model, &out);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("PASS"), "{}", stdout(&o));
+}
+
 #[test]
 fn overlapping_tensor_is_caught_and_named() {
     let dir = tempfile::tempdir().unwrap();

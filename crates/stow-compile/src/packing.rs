@@ -84,6 +84,22 @@ pub fn mark_packed_weights(graph: &mut ModelGraph) -> Result<usize, ContentsErro
     Ok(marked)
 }
 
+/// Marks the steps a bundle compiled from this graph marked, with the
+/// bundle's depth blocks: how `stow verify` lines a model up with a
+/// bundle whatever options it was compiled with. Steps beyond the
+/// bundle's operators are left alone.
+pub fn mark_like(graph: &mut ModelGraph, ops: &[stow_bundle::Op]) {
+    for (step, op) in ops.iter().enumerate().take(graph.ops.len()) {
+        let kc = op.attributes.iter().find_map(|(name, a)| match a {
+            stow_bundle::AttrValue::Int(kc) if name == PACKED_ATTR => usize::try_from(*kc).ok(),
+            _ => None,
+        });
+        if let Some(kc) = kc {
+            set_depth_block(graph, step, kc);
+        }
+    }
+}
+
 /// The layout of step `step`'s packed weight, if it is marked.
 fn marked_layout(graph: &ModelGraph, step: usize) -> Result<Option<Panels>, ContentsError> {
     let op = &graph.ops[step];

@@ -107,7 +107,7 @@ fn shown(path: &BundlePath) -> &str {
 pub enum RuntimeError {
     /// The file could not be opened or mapped.
     #[cfg(feature = "std")]
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The path.
         path: BundlePath,
@@ -116,7 +116,7 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// The bytes are not a valid bundle (or the weight checksum failed).
-    #[error("{} is not a valid bundle: {source}", shown(path))]
+    #[error("{} is not a valid bundle", shown(path))]
     Invalid {
         /// The path.
         path: BundlePath,

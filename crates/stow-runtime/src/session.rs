@@ -46,7 +46,7 @@ pub enum SessionError {
     NoThreads,
     /// A worker thread could not be started.
     #[cfg(feature = "std")]
-    #[error("cannot start a worker thread: {0}")]
+    #[error("cannot start a worker thread")]
     Spawn(#[source] std::io::Error),
     /// More than one thread was asked for in a build without `std`, which
     /// has no threads.

@@ -139,12 +139,10 @@ pub fn run(args: Args) -> Result<()> {
         .map(stow_runtime::kernels::planned_scratch_threads)
         .max()
         .unwrap_or(0);
-    let packed = bundle.contents().flags() & stow_bundle::format::FLAG_PACKED != 0;
+    // The weights the bundle stores packed, with its depth blocks (which
+    // also size the kernels' scratch).
+    stow_compile::packing::mark_like(&mut graph, &bundle.contents().ops);
     if threads > 0 {
-        if packed {
-            stow_compile::packing::mark_packed_weights(&mut graph)
-                .with_context(|| format!("loading {}", args.model.display()))?;
-        }
         stow_compile::plan_scratch(&mut graph, threads as u32)
             .with_context(|| format!("loading {}", args.model.display()))?;
     }
