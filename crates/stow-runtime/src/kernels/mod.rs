@@ -18,6 +18,7 @@ mod depthwise;
 pub mod elementwise;
 pub mod float;
 pub mod fourier;
+mod fuse;
 pub mod gemm;
 pub mod indexing;
 pub mod layout;
@@ -34,6 +35,7 @@ pub mod prepacked;
 mod prepare;
 mod run;
 
+pub(crate) use fuse::fuse_clamps;
 pub use prepare::{
     operand, packable, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR,
     SCRATCH_BUDGET_ATTR,
@@ -250,6 +252,16 @@ pub enum Kernel {
     Nothing,
     /// Element-wise unary f32 function.
     Unary(Unary),
+    /// `Max` with `lo` and `Min` with `hi` of an f32 tensor in one pass
+    /// (two steps merged at setup), in the steps' order.
+    Clamp {
+        /// The `Max` step's constant.
+        lo: f32,
+        /// The `Min` step's constant.
+        hi: f32,
+        /// True when the `Max` step came first.
+        max_first: bool,
+    },
     /// Binary op with broadcasting.
     Binary(BinOp, Walk<3>),
     /// `cond ? a : b` with broadcasting.

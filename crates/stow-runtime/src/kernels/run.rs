@@ -156,6 +156,12 @@ pub fn run_part(
     }
     match &step.kernel {
         Kernel::Nothing => {}
+        Kernel::Clamp { lo, hi, max_first } => {
+            let out = v.dst::<f32>(&outs[0])?;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| {
+                elementwise::clamp(out, x, *lo, *hi, *max_first)
+            });
+        }
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
             elementwise::unary_f16(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
         }
