@@ -11,7 +11,9 @@
 //! the tensor keeps its record (shape and size) and the weight section
 //! stays one copy of every weight. Within a depth block, a panel holding
 //! fewer than `width` rows (the matrix's last) is stored with as many rows
-//! as it has; the kernels widen it on the stack.
+//! as it has; the kernels widen it into their scratch (a panel of
+//! `width × kc` ahead of the other operand's block), so no stack buffer
+//! larger than the one of the smallest blocks is needed.
 //!
 //! The sums are those of the unpacked product with the same depth block.
 //! The compiler packs with the depth block the unpacked kernel would use
@@ -20,7 +22,7 @@
 
 use super::cells::Load;
 use super::gemm::{
-    self, add_tile, micro_kernel, round_up, Dst, PackA, PackB, KC, MC, MR, NC, NR, STACK_FLOATS,
+    self, add_tile, micro_kernel, round_up, Dst, PackA, PackB, MC, MR, NC, NR, STACK_FLOATS,
 };
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -172,20 +174,26 @@ impl Panels {
 
 /// Floats of scratch per thread a product with packed weight `p` needs for
 /// `other` lines of the other operand (n for a left weight, m for a right
-/// one): one block of the other operand.
+/// one): the weight's short last panel widened, then one block of the
+/// other operand.
 pub fn scratch_elems(p: &Panels, other: usize) -> usize {
     let (width, most) = match p.side {
         Side::Left => (NR, NC),
         Side::Right => (MR, MC),
     };
-    round_up(other.clamp(1, most), width) * p.kc
+    p.side.width() * p.kc + round_up(other.clamp(1, most), width) * p.kc
+}
+
+/// Floats of the smallest scratch a product with packed weight `p` runs
+/// in: one panel of each operand.
+fn least(p: &Panels) -> usize {
+    (MR + NR) * p.kc
 }
 
 /// True when a kernel given `floats` of scratch can run with `p`: room
-/// for one panel of the other operand there, or on the stack.
+/// for one panel of each operand there, or on the stack.
 pub fn fits(p: &Panels, floats: usize) -> bool {
-    let panel = p.side.other_width() * p.kc;
-    floats >= panel || panel <= STACK_FLOATS
+    floats >= least(p) || least(p) <= STACK_FLOATS
 }
 
 /// Lines of the other operand per block for `floats` of scratch (at most
@@ -208,17 +216,36 @@ fn widen_tail<L: Load<f32>>(
     lines: usize,
     width: usize,
     kcb: usize,
-    tail: &mut [f32],
+    tail: &[Cell<f32>],
 ) {
     for d in 0..kcb {
         for r in 0..width {
-            tail[d * width + r] = if r < lines {
+            tail[d * width + r].set(if r < lines {
                 a.load(at + d * lines + r)
             } else {
                 0.0
-            };
+            });
         }
     }
+}
+
+/// Two parts of one buffer of cells.
+type Halves<'s> = (&'s [Cell<f32>], &'s [Cell<f32>]);
+
+/// The scratch split into the widened tail panel (`width × kc`) and the
+/// rest, on the stack when the planned scratch is short of one panel of
+/// each operand (then `kc` is at most `KC_MIN`, which setup checked).
+fn split<'s>(
+    p: &Panels,
+    scratch: &'s [Cell<f32>],
+    on_stack: &'s [Cell<f32>; STACK_FLOATS],
+) -> Option<Halves<'s>> {
+    let room = if scratch.len() < least(p) {
+        &on_stack[..]
+    } else {
+        scratch
+    };
+    (room.len() >= least(p)).then(|| room.split_at(p.side.width() * p.kc))
 }
 
 /// `C[m × n] += A · B` over columns `cols`, A being matrix `g` of the
@@ -241,21 +268,15 @@ pub fn gemm_left<L: Load<f32>>(
         return;
     }
     let on_stack: [Cell<f32>; STACK_FLOATS] = core::array::from_fn(|_| Cell::new(0.0));
-    let bpack = if scratch.len() < NR * kc {
-        &on_stack[..]
-    } else {
-        scratch
-    };
-    if bpack.len() < NR * kc {
+    let Some((tail, bpack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
             "setup admitted a depth block deeper than the scratch"
         );
         return;
-    }
+    };
     let nc_block = block_lines(p, end - cols.start, NC, bpack.len());
     let fma = gemm::fma_available();
-    let mut tail = [0f32; MR * KC];
     let base = p.index(g, 0, 0);
     for j0 in (cols.start..end).step_by(nc_block) {
         let nc = nc_block.min(end - j0);
@@ -266,7 +287,7 @@ pub fn gemm_left<L: Load<f32>>(
             let short = m % MR;
             if short != 0 {
                 let at = block + (m - short) * kcb;
-                widen_tail(a, at, short, MR, kcb, &mut tail);
+                widen_tail(a, at, short, MR, kcb, tail);
             }
             for i0 in (0..m).step_by(MC) {
                 let mc = MC.min(m - i0);
@@ -305,21 +326,15 @@ pub fn gemm_right<L: Load<f32>>(
         return;
     }
     let on_stack: [Cell<f32>; STACK_FLOATS] = core::array::from_fn(|_| Cell::new(0.0));
-    let apack = if scratch.len() < MR * kc {
-        &on_stack[..]
-    } else {
-        scratch
-    };
-    if apack.len() < MR * kc {
+    let Some((tail, apack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
             "setup admitted a depth block deeper than the scratch"
         );
         return;
-    }
+    };
     let mc_block = block_lines(p, m, MC, apack.len());
     let fma = gemm::fma_available();
-    let mut tail = [0f32; NR * KC];
     let short = n % NR;
     for j0 in (cols.start..end).step_by(NC) {
         let nc = NC.min(end - j0);
@@ -329,7 +344,7 @@ pub fn gemm_right<L: Load<f32>>(
             let has_tail = short != 0 && j0 + nc == n;
             if has_tail {
                 let at = block + (n - short) * kcb;
-                widen_tail(b, at, short, NR, kcb, &mut tail);
+                widen_tail(b, at, short, NR, kcb, tail);
             }
             for i0 in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - i0);
@@ -451,10 +466,10 @@ mod tests {
                 strides: [m * k, k, 1],
                 kc: 0,
             }
-            .with_depth_block(KC);
+            .with_depth_block(gemm::KC);
             let packed = p.pack(&a).unwrap();
             for parts in 1..=3 {
-                for floats in [scratch_elems(&p, n), NR * p.kc, 0] {
+                for floats in [scratch_elems(&p, n), (MR + NR) * p.kc, 0] {
                     let mut got = vec![0f32; m * n];
                     let cells = Cell::from_mut(got.as_mut_slice()).as_slice_of_cells();
                     let dst = Dst {
@@ -521,10 +536,10 @@ mod tests {
                     strides: [0, cs, rs],
                     kc: 0,
                 }
-                .with_depth_block(KC);
+                .with_depth_block(gemm::KC);
                 let packed = p.pack(&b).unwrap();
                 for parts in 1..=3 {
-                    for floats in [scratch_elems(&p, m), MR * p.kc, 0] {
+                    for floats in [scratch_elems(&p, m), (MR + NR) * p.kc, 0] {
                         if !fits(&p, floats) {
                             continue;
                         }
