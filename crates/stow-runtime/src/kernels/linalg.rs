@@ -227,59 +227,68 @@ pub fn conv(
                 rs: n,
                 cs: 1,
             };
-            if let Some(p) = packed {
-                crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
-                    if s.pointwise() {
-                        let b = Strided {
-                            data: xs,
-                            offset: in_base,
-                            rs: n,
-                            cs: 1,
-                            rows: k,
-                            cols: n,
-                        };
-                        prepacked::gemm_left(p, g, wt, n, &b, &dst, scratch, cols.clone())
-                    } else {
-                        let b = Im2col {
-                            data: xs,
-                            base: in_base,
-                            s: *s,
-                        };
-                        prepacked::gemm_left(p, g, wt, n, &b, &dst, scratch, cols.clone())
-                    }
-                }));
-                continue;
-            }
-            crate::with_load!(weight, |wt| {
+            crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
+                let group = Group {
+                    s,
+                    packed,
+                    g,
+                    weight: wt,
+                };
+                if s.pointwise() {
+                    let b = Strided {
+                        data: xs,
+                        offset: in_base,
+                        rs: n,
+                        cs: 1,
+                        rows: k,
+                        cols: n,
+                    };
+                    group.product(&b, &dst, scratch, cols.clone())
+                } else {
+                    let b = Im2col {
+                        data: xs,
+                        base: in_base,
+                        s: *s,
+                    };
+                    group.product(&b, &dst, scratch, cols.clone())
+                }
+            }))
+        }
+    }
+}
+
+/// One group's kernel: the left operand of its product, packed at compile
+/// time or packed here block by block.
+struct Group<'p, L> {
+    s: &'p ConvShape,
+    packed: Option<&'p Panels>,
+    g: usize,
+    weight: L,
+}
+
+impl<L: Load<f32>> Group<'_, L> {
+    /// `dst += kernel · b` over columns `cols`.
+    fn product(
+        &self,
+        b: &impl PackB,
+        dst: &Dst<'_>,
+        scratch: &[Cell<f32>],
+        cols: core::ops::Range<usize>,
+    ) {
+        let (m, n, k) = (self.s.out_per_group, self.s.n(), self.s.k());
+        match self.packed {
+            Some(p) => prepacked::gemm_left(p, self.g, self.weight, n, b, dst, scratch, cols),
+            None => {
                 let a = Strided {
-                    data: wt,
-                    offset: g * m * k,
+                    data: self.weight,
+                    offset: self.g * m * k,
                     rs: k,
                     cs: 1,
                     rows: m,
                     cols: k,
                 };
-                crate::with_load!(x, |xs| {
-                    if s.pointwise() {
-                        let b = Strided {
-                            data: xs,
-                            offset: in_base,
-                            rs: n,
-                            cs: 1,
-                            rows: k,
-                            cols: n,
-                        };
-                        gemm::gemm_cols(m, n, k, &a, &b, &dst, scratch, cols.clone())
-                    } else {
-                        let b = Im2col {
-                            data: xs,
-                            base: in_base,
-                            s: *s,
-                        };
-                        gemm::gemm_cols(m, n, k, &a, &b, &dst, scratch, cols.clone())
-                    }
-                })
-            })
+                gemm::gemm_cols(m, n, k, &a, b, dst, scratch, cols)
+            }
         }
     }
 }

@@ -607,22 +607,6 @@ fn matmul(
                 )));
                 continue;
             }
-            if let Some(p) = &mm.packed {
-                // A weight shared by every batch position (setup checked
-                // B's batch strides are zero), read from its panels.
-                crate::with_load!(a, |a| crate::with_load!(b, |b| {
-                    let pa = gemm::Strided {
-                        data: a,
-                        offset: oa + j * sa,
-                        rs: mm.a[0],
-                        cs: mm.a[1],
-                        rows: m,
-                        cols: k,
-                    };
-                    prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone())
-                }));
-                continue;
-            }
             crate::with_load!(a, |a| crate::with_load!(b, |b| {
                 let pa = gemm::Strided {
                     data: a,
@@ -632,15 +616,23 @@ fn matmul(
                     rows: m,
                     cols: k,
                 };
-                let pb = gemm::Strided {
-                    data: b,
-                    offset: ob + j * sb,
-                    rs: mm.b[0],
-                    cs: mm.b[1],
-                    rows: k,
-                    cols: n,
-                };
-                gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone())
+                match &mm.packed {
+                    // A weight shared by every batch position (setup
+                    // checked B's batch strides are zero), read from its
+                    // panels.
+                    Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
+                    None => {
+                        let pb = gemm::Strided {
+                            data: b,
+                            offset: ob + j * sb,
+                            rs: mm.b[0],
+                            cs: mm.b[1],
+                            rows: k,
+                            cols: n,
+                        };
+                        gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone())
+                    }
+                }
             }))
         }
     });
