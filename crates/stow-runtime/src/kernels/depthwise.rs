@@ -1,19 +1,41 @@
 //! Depthwise convolution (one input and one output channel per group):
 //! no product to pack for, so it runs directly on the image.
 //!
-//! Each output row adds, for every kernel row, its `kw` taps, one tap at
-//! a time over the columns it reaches. Each tap reads a contiguous run of
-//! the input row or, for stride 2, of its even or odd columns, split once
-//! per input row into a buffer on the stack; so the loop over the columns
-//! vectorises for strides 1 and 2 alike.
+//! The fast path copies a band of the input plane into a zero-padded
+//! buffer on the stack, split into its stride phases (rows and columns
+//! by their remainder modulo the stride), so that every tap of the band's
+//! outputs reads one contiguous run at a fixed offset. The band's output
+//! rows are then computed as one flat run, [`CHUNK`] outputs at a time
+//! summed in registers over all taps; each output row carries a few
+//! unused columns (the padding's width), which are dropped when the band
+//! is added to the output. Small planes thus cost a few chunks, not a
+//! loop per row. With AVX2 and FMA (chosen at run time) each tap is one
+//! fused multiply-add.
+//!
+//! Windows too wide for the buffer, strides above 2 and kernels of more
+//! than [`MAX_TAPS`] taps per plane take the plain path: one tap at a
+//! time over the columns of each output row it reaches.
 
 use super::cells::{zip_row, Load};
+use super::float::Float;
 use super::linalg::ConvShape;
 use super::nn::Window;
 use core::cell::Cell;
 
-/// Longest half row the stride-2 split holds; wider rows read the input
-/// with a stride.
+/// Outputs summed in registers at once.
+const CHUNK: usize = 16;
+
+/// Floats of the padded band of input (4 KiB of stack).
+const BAND_IN: usize = 1024;
+
+/// Floats of the band's flat output (2 KiB of stack).
+const BAND_OUT: usize = 512;
+
+/// Most taps of one kernel plane the fast path takes (7 × 7).
+const MAX_TAPS: usize = 49;
+
+/// Longest half row the plain path's stride-2 split holds; wider rows
+/// read the input with a stride.
 const HALF_ROW: usize = 512;
 
 /// Adds the convolution of planes `planes` of `x` with `weight` to `out`
@@ -25,11 +47,249 @@ pub(super) fn depthwise(
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
 ) {
-    planes_of(s, x, weight, out, planes)
+    let Some(band) = Band::of(&s.window) else {
+        return plain(s, x, weight, out, planes);
+    };
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::fma_available() {
+        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
+        // which `fma_available` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe { banded_fma(s, &band, x, weight, out, planes) };
+    }
+    banded::<false>(s, &band, x, weight, out, planes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn banded_fma(
+    s: &ConvShape,
+    band: &Band,
+    x: impl Load<f32>,
+    weight: impl Load<f32>,
+    out: &[Cell<f32>],
+    planes: core::ops::Range<usize>,
+) {
+    banded::<true>(s, band, x, weight, out, planes)
+}
+
+/// How a band of the padded input sits in the buffer: `sy × sx` phase
+/// planes of `rows_in × width`. Phase plane `(py, px)` row `t` column
+/// `u` holds the padded input's row `first + t·sy + py`, column
+/// `u·sx + px`, where `first` is the band's first output row times `sy`.
+/// Output `(oy, ox)` of the band is flat element `oy·width + ox`, and
+/// tap `(ky, kx)` reads it at flat element plus `offsets[ky·kw + kx]`.
+struct Band {
+    /// Row and column strides.
+    sy: usize,
+    sx: usize,
+    /// Columns of a phase plane: the output row's and the kernel's reach.
+    width: usize,
+    /// Rows of a phase plane.
+    rows_in: usize,
+    /// Output rows per band.
+    rows_out: usize,
+    /// Where each tap reads, relative to its output's flat element.
+    offsets: [usize; MAX_TAPS],
+}
+
+impl Band {
+    /// The layout for `w`, or `None` when the plain path must run.
+    fn of(w: &Window) -> Option<Band> {
+        let [_, kh, kw] = w.kernel;
+        let [_, sy, sx] = w.strides;
+        let [_, dy, dx] = w.dilations;
+        let [_, oh, ow] = w.output;
+        if sy > 2 || sx > 2 || kh * kw > MAX_TAPS || oh == 0 || ow == 0 {
+            return None;
+        }
+        let (reach_y, reach_x) = ((kh - 1) * dy / sy, (kw - 1) * dx / sx);
+        let width = ow + reach_x;
+        // The flat output plus one chunk's overrun, and every phase plane
+        // plus the overrun of the last chunk's farthest tap.
+        let by_out = BAND_OUT.checked_sub(CHUNK)? / width;
+        let by_in =
+            (BAND_IN.checked_sub(width + 2 * CHUNK)? / (sy * sx * width)).checked_sub(reach_y)?;
+        let rows_out = by_out.min(by_in).min(oh);
+        if rows_out == 0 {
+            return None;
+        }
+        let rows_in = rows_out + reach_y;
+        let mut offsets = [0; MAX_TAPS];
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let (y, x) = (ky * dy, kx * dx);
+                let phase = (y % sy) * sx + x % sx;
+                offsets[ky * kw + kx] = phase * rows_in * width + (y / sy) * width + x / sx;
+            }
+        }
+        Some(Band {
+            sy,
+            sx,
+            width,
+            rows_in,
+            rows_out,
+            offsets,
+        })
+    }
+
+    /// Fills `buf` with the band whose first output row is `oy0`, from
+    /// the input plane slice `plane` (`ih × iw`).
+    #[inline(always)]
+    fn fill(&self, w: &Window, buf: &mut [f32], plane: impl Load<f32>, oy0: usize) {
+        let [_, ih, iw] = w.input;
+        let (pad_y, width) = (w.pad[1], self.width);
+        let phase_plane = self.rows_in * width;
+        for py in 0..self.sy {
+            for t in 0..self.rows_in {
+                let y = (oy0 + t) * self.sy + py;
+                let at = py * self.sx * phase_plane + t * width;
+                let row = (y >= pad_y && y - pad_y < ih).then(|| plane.sub((y - pad_y) * iw, iw));
+                match (row, self.sx) {
+                    (None, _) => {
+                        for px in 0..self.sx {
+                            let at = at + px * phase_plane;
+                            buf[at..at + width].fill(0.0);
+                        }
+                    }
+                    (Some(row), 1) => pad_row(&mut buf[at..at + width], row, w.pad[2]),
+                    (Some(row), _) => {
+                        let (even, odd) = buf[at..].split_at_mut(phase_plane);
+                        split_row(&mut even[..width], &mut odd[..width], row, w.pad[2]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[u]` = `row[u − pad]`, zero outside the row.
+#[inline(always)]
+fn pad_row(dst: &mut [f32], row: impl Load<f32>, pad: usize) {
+    let iw = row.count();
+    let (u0, u1) = (pad.min(dst.len()), (iw + pad).min(dst.len()));
+    dst[..u0].fill(0.0);
+    dst[u1..].fill(0.0);
+    if u0 < u1 {
+        let src = row.sub(0, u1 - u0);
+        for (i, v) in dst[u0..u1].iter_mut().enumerate() {
+            *v = src.load(i);
+        }
+    }
+}
+
+/// `even[u]` = `row[2u − pad]` and `odd[u]` = `row[2u + 1 − pad]`, zero
+/// outside the row; one loop over the columns where both are inside, so
+/// that it vectorises as a de-interleave.
+#[inline(always)]
+fn split_row(even: &mut [f32], odd: &mut [f32], row: impl Load<f32>, pad: usize) {
+    let (iw, width) = (row.count(), even.len());
+    let at = |j: usize| {
+        if j >= pad && j - pad < iw {
+            row.load(j - pad)
+        } else {
+            0.0
+        }
+    };
+    // Columns u in [u0, u1) have 2u − pad ≥ 0 and 2u + 1 − pad < iw.
+    let u0 = pad.div_ceil(2).min(width);
+    let u1 = ((iw + pad) / 2).clamp(u0, width);
+    for u in (0..u0).chain(u1..width) {
+        even[u] = at(2 * u);
+        odd[u] = at(2 * u + 1);
+    }
+    if u0 < u1 {
+        let src = row.sub(2 * u0 - pad, 2 * (u1 - u0));
+        for (i, (e, o)) in even[u0..u1].iter_mut().zip(&mut odd[u0..u1]).enumerate() {
+            *e = src.load(2 * i);
+            *o = src.load(2 * i + 1);
+        }
+    }
 }
 
 #[inline(always)]
-fn planes_of(
+fn banded<const FMA: bool>(
+    s: &ConvShape,
+    band: &Band,
+    x: impl Load<f32>,
+    weight: impl Load<f32>,
+    out: &[Cell<f32>],
+    planes: core::ops::Range<usize>,
+) {
+    let w = &s.window;
+    let [_, ih, iw] = w.input;
+    let [od, oh, ow] = w.output;
+    let [kd, kh, kw] = w.kernel;
+    let taps = kh * kw;
+    let offsets = &band.offsets[..taps];
+    let mut buf = [0f32; BAND_IN];
+    let mut flat = [0f32; BAND_OUT];
+    for plane in planes {
+        let ch = plane % s.groups;
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oz in 0..od {
+            let (kz0, kz1) = w.taps(0, oz);
+            for kz in kz0..kz1 {
+                let z = w.input_at(0, oz, kz);
+                let slice = x.sub(xb + z * ih * iw, ih * iw);
+                let weights = weight.sub((ch * kd + kz) * taps, taps);
+                let mut wv = [0f32; MAX_TAPS];
+                for (t, v) in wv[..taps].iter_mut().enumerate() {
+                    *v = weights.load(t);
+                }
+                let mut oy0 = 0;
+                while oy0 < oh {
+                    let rows = band.rows_out.min(oh - oy0);
+                    band.fill(w, &mut buf, slice, oy0);
+                    let n = rows * band.width;
+                    for f0 in (0..n).step_by(CHUNK) {
+                        let sum = chunk::<FMA>(&buf, f0, offsets, &wv[..taps]);
+                        flat[f0..f0 + CHUNK].copy_from_slice(&sum);
+                    }
+                    for r in 0..rows {
+                        let at = ob + (oz * oh + oy0 + r) * ow;
+                        let row = &flat[r * band.width..r * band.width + ow];
+                        let dst = &out[at..at + ow];
+                        zip_row(dst, dst, row, |o, v| o + v);
+                    }
+                    oy0 += rows;
+                }
+            }
+        }
+    }
+}
+
+/// The [`CHUNK`] outputs from flat element `f0`: every tap's weight
+/// times the band at the tap's offset, summed in tap order.
+#[inline(always)]
+fn chunk<const FMA: bool>(
+    buf: &[f32],
+    f0: usize,
+    offsets: &[usize],
+    weights: &[f32],
+) -> [f32; CHUNK] {
+    let mut acc = [0f32; CHUNK];
+    for (&off, &wv) in offsets.iter().zip(weights) {
+        let src: &[f32; CHUNK] = buf[off + f0..off + f0 + CHUNK]
+            .try_into()
+            .expect("the band holds every chunk's taps");
+        for i in 0..CHUNK {
+            acc[i] = if FMA {
+                Float::mul_add(wv, src[i], acc[i])
+            } else {
+                acc[i] + wv * src[i]
+            };
+        }
+    }
+    acc
+}
+
+/// The plain path: each output row adds, for every kernel row, its `kw`
+/// taps, one tap at a time over the columns it reaches. Each tap reads a
+/// contiguous run of the input row or, for stride 2, of its even or odd
+/// columns, split once per input row into a buffer on the stack.
+fn plain(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
@@ -177,15 +437,93 @@ mod tests {
         ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
     }
 
-    /// The kernel equals the definition over widths around the lane count, strides 1–3,
-    /// dilations, kernels wider than the input, asymmetric padding
-    /// (ceil-mode outputs reaching into the padding) and rows wider than
-    /// the stride-2 split holds.
+    /// One case: a plane of `ih × iw` (depth `id`), a kernel of
+    /// `kd × kh × kw`; per axis stride, dilation, padding before and the
+    /// extra padding after (ceil-mode outputs reaching into it).
+    #[derive(Clone, Copy)]
+    struct Case {
+        input: [usize; 3],
+        kernel: [usize; 3],
+        strides: [usize; 3],
+        dilations: [usize; 3],
+        pad: [usize; 3],
+        extra: [usize; 3],
+    }
+
+    fn shape(c: &Case, channels: usize) -> ConvShape {
+        let output = core::array::from_fn(|a| {
+            (c.input[a] + 2 * c.pad[a] + c.extra[a] - c.dilations[a] * (c.kernel[a] - 1) - 1)
+                / c.strides[a]
+                + 1
+        });
+        ConvShape {
+            batch: 1,
+            groups: channels,
+            in_per_group: 1,
+            out_per_group: 1,
+            window: Window {
+                planes: channels,
+                input: c.input,
+                output,
+                kernel: c.kernel,
+                strides: c.strides,
+                dilations: c.dilations,
+                pad: c.pad,
+                pad_after: core::array::from_fn(|a| c.pad[a] + c.extra[a]),
+            },
+        }
+    }
+
+    /// Every path (the banded one with and without fused multiply-adds,
+    /// the plain one) against the definition on `c`.
+    fn check(c: Case) -> usize {
+        let s = shape(&c, 3);
+        let w = &s.window;
+        let x: Vec<f32> = (0..3 * w.input_plane()).map(|i| value(i, 1)).collect();
+        let weight: Vec<f32> = (0..3 * c.kernel.iter().product::<usize>())
+            .map(|i| value(i, 2))
+            .collect();
+        let want = naive(&s, &x, &weight);
+        let bias: Vec<f32> = (0..3).map(|i| value(i, 3)).collect();
+        let plane = w.output_plane();
+        let mut paths = 0;
+        for path in ["dispatch", "plain", "banded", "banded fma"] {
+            let band = Band::of(w);
+            let out: Vec<Cell<f32>> = (0..want.len())
+                .map(|i| Cell::new(bias[i / plane.max(1)]))
+                .collect();
+            match (path, &band) {
+                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3),
+                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3),
+                ("banded", Some(b)) => banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3),
+                ("banded fma", Some(b)) => banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3),
+                _ => continue,
+            }
+            for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+                let w = w + bias[i / plane];
+                assert!(
+                    (o.get() - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{path}: input {:?} kernel {:?} strides {:?} dilations {:?} pad {:?}+{:?}: output {i} is {} not {w}",
+                    c.input, c.kernel, c.strides, c.dilations, c.pad, c.extra,
+                    o.get()
+                );
+            }
+            paths += 1;
+        }
+        paths
+    }
+
+    /// Rows around the chunk width, strides 1–3, dilations, kernels wider
+    /// than the input, asymmetric padding, rows wider than the band or
+    /// the plain path's stride-2 split holds.
     #[test]
-    fn matches_the_definition() {
-        let mut checked = 0;
+    fn rows_match_the_definition() {
+        let mut banded = 0;
         for (iw, kw, stride, dil, pad, extra) in [
             (7, 3, 1, 1, 1, 0),
+            (15, 3, 1, 1, 1, 0),
+            (16, 3, 1, 1, 1, 0),
+            (17, 3, 2, 1, 1, 0),
             (56, 3, 1, 1, 1, 0),
             (56, 3, 2, 1, 1, 0),
             (57, 3, 2, 1, 0, 1),
@@ -200,41 +538,97 @@ mod tests {
             (300, 3, 1, 200, 200, 0),
             (1100, 3, 2, 1, 1, 0),
         ] {
-            let ow = (iw + 2 * pad + extra - dil * (kw - 1) - 1) / stride + 1;
-            let (ih, kh, oh) = (3, 3, 3);
-            let window = Window {
-                planes: 3,
-                input: [1, ih, iw],
-                output: [1, oh, ow],
-                kernel: [1, kh, kw],
+            let paths = check(Case {
+                input: [1, 3, iw],
+                kernel: [1, 3, kw],
                 strides: [1, 1, stride],
                 dilations: [1, 1, dil],
                 pad: [0, 1, pad],
-                pad_after: [0, 1, pad + extra],
-            };
-            let s = ConvShape {
-                batch: 1,
-                groups: 3,
-                in_per_group: 1,
-                out_per_group: 1,
-                window,
-            };
-            let x: Vec<f32> = (0..3 * ih * iw).map(|i| value(i, 1)).collect();
-            let weight: Vec<f32> = (0..3 * kh * kw).map(|i| value(i, 2)).collect();
-            let want = naive(&s, &x, &weight);
-            {
-                let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(0.0)).collect();
-                depthwise(&s, &x[..], &weight[..], &out, 0..3);
-                for (i, (o, w)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (o.get() - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                        "iw {iw} kw {kw} stride {stride} dil {dil} pad {pad}: output {i} is {} not {w}",
-                        o.get()
-                    );
-                }
-                checked += 1;
-            }
+                extra: [0, 0, extra],
+            });
+            assert!(paths >= 2);
+            banded += usize::from(paths == 4);
         }
-        assert_eq!(checked, 14);
+        // Stride 3, the 300-wide dilated row and the 1100-wide row run plain.
+        assert_eq!(banded, 14);
+    }
+
+    /// Planes taller than one band (rows of the band's edges), vertical
+    /// strides and dilations, 5×5 kernels and a 3-d window.
+    #[test]
+    fn planes_match_the_definition() {
+        let mut bands = 0;
+        for (input, kernel, strides, dilations, pad, extra) in [
+            (
+                [1, 112, 112],
+                [1, 3, 3],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 1, 1],
+                [0, 0, 0],
+            ),
+            (
+                [1, 112, 112],
+                [1, 3, 3],
+                [1, 2, 2],
+                [1, 1, 1],
+                [0, 1, 1],
+                [0, 0, 0],
+            ),
+            (
+                [1, 57, 57],
+                [1, 5, 5],
+                [1, 2, 2],
+                [1, 1, 1],
+                [0, 2, 2],
+                [0, 1, 1],
+            ),
+            (
+                [1, 40, 30],
+                [1, 3, 3],
+                [1, 2, 1],
+                [1, 2, 1],
+                [0, 2, 1],
+                [0, 1, 0],
+            ),
+            (
+                [1, 7, 7],
+                [1, 3, 3],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 1, 1],
+                [0, 0, 0],
+            ),
+            (
+                [1, 9, 200],
+                [1, 4, 3],
+                [1, 1, 2],
+                [1, 1, 1],
+                [0, 0, 1],
+                [0, 1, 0],
+            ),
+            (
+                [4, 10, 12],
+                [3, 3, 3],
+                [2, 1, 1],
+                [1, 1, 1],
+                [1, 1, 1],
+                [0, 0, 0],
+            ),
+        ] {
+            let case = Case {
+                input,
+                kernel,
+                strides,
+                dilations,
+                pad,
+                extra,
+            };
+            let s = shape(&case, 1);
+            let band = Band::of(&s.window).expect("these shapes take the banded path");
+            bands += s.window.output[1].div_ceil(band.rows_out);
+            assert_eq!(check(case), 4);
+        }
+        assert!(bands > 20, "{bands} bands: the cases must cross band edges");
     }
 }
