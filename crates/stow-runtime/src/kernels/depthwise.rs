@@ -243,9 +243,18 @@ fn banded<const FMA: bool>(
                     let rows = band.rows_out.min(oh - oy0);
                     band.fill(w, &mut buf, slice, oy0);
                     let n = rows * band.width;
-                    for f0 in (0..n).step_by(CHUNK) {
-                        let sum = chunk::<FMA>(&buf, f0, offsets, &wv[..taps]);
+                    // Chunks in fours where they can: one chunk alone is a
+                    // chain of dependent multiply-adds per register.
+                    let (mut f0, end) = (0, n.div_ceil(CHUNK) * CHUNK);
+                    while f0 + 4 * CHUNK <= end {
+                        let sums = chunks::<FMA, 4>(&buf, f0, offsets, &wv[..taps]);
+                        flat[f0..f0 + 4 * CHUNK].copy_from_slice(sums.as_flattened());
+                        f0 += 4 * CHUNK;
+                    }
+                    while f0 < end {
+                        let [sum] = chunks::<FMA, 1>(&buf, f0, offsets, &wv[..taps]);
                         flat[f0..f0 + CHUNK].copy_from_slice(&sum);
+                        f0 += CHUNK;
                     }
                     for r in 0..rows {
                         let at = ob + (oz * oh + oy0 + r) * ow;
@@ -260,26 +269,29 @@ fn banded<const FMA: bool>(
     }
 }
 
-/// The [`CHUNK`] outputs from flat element `f0`: every tap's weight
+/// The `K` chunks of outputs from flat element `f0`: every tap's weight
 /// times the band at the tap's offset, summed in tap order.
 #[inline(always)]
-fn chunk<const FMA: bool>(
+fn chunks<const FMA: bool, const K: usize>(
     buf: &[f32],
     f0: usize,
     offsets: &[usize],
     weights: &[f32],
-) -> [f32; CHUNK] {
-    let mut acc = [0f32; CHUNK];
+) -> [[f32; CHUNK]; K] {
+    let mut acc = [[0f32; CHUNK]; K];
     for (&off, &wv) in offsets.iter().zip(weights) {
-        let src: &[f32; CHUNK] = buf[off + f0..off + f0 + CHUNK]
-            .try_into()
-            .expect("the band holds every chunk's taps");
-        for i in 0..CHUNK {
-            acc[i] = if FMA {
-                Float::mul_add(wv, src[i], acc[i])
-            } else {
-                acc[i] + wv * src[i]
-            };
+        let src: &[f32] = &buf[off + f0..off + f0 + K * CHUNK];
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let src: &[f32; CHUNK] = src[k * CHUNK..(k + 1) * CHUNK]
+                .try_into()
+                .expect("a chunk is CHUNK long");
+            for i in 0..CHUNK {
+                acc[i] = if FMA {
+                    Float::mul_add(wv, src[i], acc[i])
+                } else {
+                    acc[i] + wv * src[i]
+                };
+            }
         }
     }
     acc

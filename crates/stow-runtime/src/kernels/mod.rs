@@ -33,6 +33,8 @@ pub mod sample;
 
 pub mod prepacked;
 mod prepare;
+#[cfg(test)]
+mod product_tests;
 mod run;
 
 pub(crate) use fuse::fuse_clamps;
@@ -240,8 +242,14 @@ pub struct MatMul {
     pub b: [usize; 2],
     /// C's strides along m and n.
     pub c: [usize; 2],
-    /// B is a weight stored in panels (`stow.packed`).
+    /// The weight stored in panels (`stow.packed`): B, or A when the
+    /// operands are swapped.
     pub packed: Option<prepacked::Panels>,
+    /// A is the second input and B the first: the product is computed
+    /// transposed, `Cᵀ = Bᵀ·Aᵀ`, so that the output's contiguous axis is
+    /// the product's columns (a 1×1 convolution written as a product of
+    /// the image by the weight then runs as the weight times the image).
+    pub swapped: bool,
 }
 
 /// A prepared operator.

@@ -1397,34 +1397,50 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     let (kk, [ak, bk]) = merge(&mut k, 0, [0, 1], &mut batch);
     let dims: Vec<usize> = batch.iter().map(|c| size[c]).collect();
     let per = |i: usize| batch.iter().map(|&c| stride(i, c)).collect::<Vec<_>>();
-    let walk = Walk::new(&dims, [&per(2), &per(0), &per(1)]).ok_or("too many batch axes")?;
-    let mm_ = MatMul {
-        batch: walk,
-        mnk: [mm, nn, kk],
-        a: [am, ak],
-        b: [bk, bn],
-        c: [cm, cn],
-        packed: None,
+    // Output columns contiguous: tiles are written and the image's
+    // panels read as whole rows.
+    let swapped = mm > 1 && nn > 1 && cm == 1 && cn != 1;
+    let mm_ = if swapped {
+        MatMul {
+            batch: Walk::new(&dims, [&per(2), &per(1), &per(0)]).ok_or("too many batch axes")?,
+            mnk: [nn, mm, kk],
+            a: [bn, bk],
+            b: [ak, am],
+            c: [cn, cm],
+            packed: None,
+            swapped,
+        }
+    } else {
+        MatMul {
+            batch: Walk::new(&dims, [&per(2), &per(0), &per(1)]).ok_or("too many batch axes")?,
+            mnk: [mm, nn, kk],
+            a: [am, ak],
+            b: [bk, bn],
+            c: [cm, cn],
+            packed: None,
+            swapped,
+        }
     };
+    let [rows, cols, _] = mm_.mnk;
     // One-row products run without packing (`gemv`).
     let Some(kc) = packed_depth(op)? else {
-        let scratch = if mm == 1 {
+        let scratch = if rows == 1 {
             0
         } else {
-            budgeted(op, gemm::scratch_elems(mm, nn, kk))
+            budgeted(op, gemm::scratch_elems(rows, cols, kk))
         };
         return Ok((Kernel::MatMul(mm_), scratch));
     };
     // A packed weight is one matrix that every batch position reads, in
     // a product of more than one row (one row runs unpacked, `gemv`).
-    want(mm > 1 && per(1).iter().all(|&s| s == 0), || {
+    want(rows > 1 && per(1).iter().all(|&s| s == 0), || {
         "only a weight shared by a product of several rows is packed".into()
     })?;
     want(ins[1].len == kk * nn, || {
         "the packed weight is not the product's k × n matrix".into()
     })?;
     let p = Panels {
-        side: Side::Right,
+        side: if swapped { Side::Left } else { Side::Right },
         matrices: 1,
         rows: nn,
         depth: kk,

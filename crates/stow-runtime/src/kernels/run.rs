@@ -4,6 +4,7 @@
 use super::cells::{self, typed, Src};
 use super::float::Float;
 use super::layout::Walk;
+use super::prepacked::Side;
 use super::{
     arith, contract, elementwise, gemm, linalg, movement, nn, prepacked, quant, recurrent, Kernel,
     Loc, MatMul, Operand, Step,
@@ -558,6 +559,7 @@ fn matmul(
     part: usize,
     parts: usize,
 ) {
+    let (a, b) = if mm.swapped { (b, a) } else { (a, b) };
     let [m, n, k] = mm.mnk;
     let cols = gemm::share(n, part, parts);
     let (len, [sc, sa, sb]) = mm.batch.inner();
@@ -616,22 +618,22 @@ fn matmul(
                     rows: m,
                     cols: k,
                 };
+                let pb = gemm::Strided {
+                    data: b,
+                    offset: ob + j * sb,
+                    rs: mm.b[0],
+                    cs: mm.b[1],
+                    rows: k,
+                    cols: n,
+                };
+                // A weight shared by every batch position (setup checked
+                // its batch strides are zero) is read from its panels.
                 match &mm.packed {
-                    // A weight shared by every batch position (setup
-                    // checked B's batch strides are zero), read from its
-                    // panels.
-                    Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
-                    None => {
-                        let pb = gemm::Strided {
-                            data: b,
-                            offset: ob + j * sb,
-                            rs: mm.b[0],
-                            cs: mm.b[1],
-                            rows: k,
-                            cols: n,
-                        };
-                        gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone())
+                    Some(p) if p.side == Side::Left => {
+                        prepacked::gemm_left(p, 0, a, n, &pb, &dst, scratch, cols.clone())
                     }
+                    Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
+                    None => gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone()),
                 }
             }))
         }

@@ -1,0 +1,116 @@
+//! Float products (`EinSum` as a matrix product) run through setup and
+//! the kernel, against the definition.
+
+use super::*;
+use alloc::string::ToString;
+use alloc::vec;
+use core::cell::Cell;
+use stow_bundle::{AttrValue, Op};
+
+fn value(i: usize, seed: usize) -> f32 {
+    ((i * 2_654_435_761 + seed * 40_503) % 997) as f32 / 498.0 - 1.0
+}
+
+/// Runs `EinSum(expr)` on `a` and `b` in `parts` shares with the scratch
+/// setup asks for; the output and whether setup swapped the operands.
+fn einsum(
+    expr: &str,
+    a: (&[usize], &[f32]),
+    b: (&[usize], &[f32]),
+    out: &[usize],
+    parts: usize,
+) -> (Vec<f32>, bool) {
+    let op = Op {
+        name: "product".into(),
+        op_type: "EinSum".into(),
+        attributes: vec![("expr".to_string(), AttrValue::Text(expr.into()))],
+        inputs: vec![],
+        outputs: vec![],
+    };
+    let n: usize = out.iter().product();
+    let mut arena = vec![0f32; a.1.len() + b.1.len() + n];
+    arena[..a.1.len()].copy_from_slice(a.1);
+    arena[a.1.len()..a.1.len() + b.1.len()].copy_from_slice(b.1);
+    let operand = |id: u32, shape: &[usize], at: usize| Operand {
+        id,
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        len: shape.iter().product(),
+        loc: Loc::Arena(at * 4),
+    };
+    let ins = vec![operand(0, a.0, 0), operand(1, b.0, a.1.len())];
+    let c_at = a.1.len() + b.1.len();
+    let outs = vec![operand(2, out, c_at)];
+    let (kernel, scratch) = prepare(&op, &ins, &outs).expect("a product");
+    let swapped = matches!(&kernel, Kernel::MatMul(mm) if mm.swapped);
+    let step = Step {
+        kernel,
+        inputs: ins,
+        outputs: outs,
+        scratch,
+        planned: None,
+    };
+    let mut floats = vec![0f32; scratch];
+    let scratch = Cell::from_mut(floats.as_mut_slice()).as_slice_of_cells();
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(arena.as_mut_slice());
+    let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
+    for part in 0..parts {
+        run_part(&step, &views, scratch, part, parts).expect("runs");
+    }
+    (arena[c_at..].to_vec(), swapped)
+}
+
+/// A 1×1 convolution written as image-by-weight (`ihw,oi->ohw`: the
+/// output's contiguous axis is the image's, so setup swaps the operands)
+/// gives the bytes of the same product written weight-by-image (not
+/// swapped), in 1 to 3 shares, and both equal the definition.
+#[test]
+fn swapped_products_equal_the_unswapped_form() {
+    let mut swaps = 0;
+    for (ci, co, h, w) in [
+        (3, 5, 4, 7),
+        (32, 16, 14, 14),
+        (17, 40, 3, 11),
+        (300, 7, 2, 9),
+    ] {
+        let x: Vec<f32> = (0..ci * h * w).map(|i| value(i, 1)).collect();
+        let wt: Vec<f32> = (0..co * ci).map(|i| value(i, 2)).collect();
+        let want: Vec<f64> = (0..co * h * w)
+            .map(|e| {
+                let (o, p) = (e / (h * w), e % (h * w));
+                (0..ci)
+                    .map(|i| f64::from(wt[o * ci + i]) * f64::from(x[i * h * w + p]))
+                    .sum()
+            })
+            .collect();
+        for parts in 1..=3 {
+            let (image_first, swapped) = einsum(
+                "ihw,oi->ohw",
+                (&[ci, h, w], &x),
+                (&[co, ci], &wt),
+                &[co, h, w],
+                parts,
+            );
+            let (weight_first, unswapped) = einsum(
+                "oi,ihw->ohw",
+                (&[co, ci], &wt),
+                (&[ci, h, w], &x),
+                &[co, h, w],
+                parts,
+            );
+            assert!(swapped && !unswapped);
+            swaps += 1;
+            assert_eq!(
+                image_first, weight_first,
+                "{ci}→{co} {h}×{w}, {parts} shares"
+            );
+            for (i, (got, want)) in image_first.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{ci}→{co} {h}×{w}: element {i} is {got}, not {want}"
+                );
+            }
+        }
+    }
+    assert_eq!(swaps, 12);
+}
