@@ -27,6 +27,12 @@ fn main() {
         problem.buffers.len(),
         made.elapsed()
     );
+    // DUMP=FILE writes the problem as an interval trace (alignment 1), for
+    // builds that cannot generate it.
+    if let Some(path) = std::env::var_os("DUMP") {
+        let text = stow_plan::testing::write_intervals(&problem, input);
+        std::fs::write(path, text).expect("writable file");
+    }
     let secs: f64 = args.get(1).map_or(1.0, |s| s.parse().expect("seconds"));
     let capacity: Option<u64> = args.get(2).and_then(|s| {
         if s == "-" {
