@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 use stow_plan::testing::{synthetic_trace, synthetic_training};
-use stow_plan::{check, plan, PlanOptions, Strategy};
+use stow_plan::{check, plan, PlanOptions, Pool, Strategy};
 
 #[test]
 fn a_spent_budget_still_gives_a_checked_layout() {
@@ -59,4 +59,24 @@ fn training_traces_are_valid_problems_with_many_live_buffers() {
     )
     .expect("a plan");
     assert!(check(&problem, &p).is_ok());
+}
+
+#[test]
+fn pools_keep_a_spent_budget_too() {
+    // Admission stops at once, so every buffer goes to the last pool, laid
+    // out naively: valid, checked, nothing else run.
+    let problem = synthetic_trace(4, 5_000)
+        .with_pools(vec![Pool::new("sram", 1 << 20), Pool::unbounded("dram")]);
+    let options = PlanOptions {
+        time_limit: Duration::ZERO,
+        ..PlanOptions::default()
+    };
+    let p = plan(&problem, &options).expect("a plan");
+    assert!(check(&problem, &p).is_ok());
+    assert_eq!(p.pool_bytes[0], 0);
+    assert_eq!(p.strategy, Strategy::Naive);
+    // With time, the fast pool is used.
+    let p = plan(&problem, &PlanOptions::default()).expect("a plan");
+    assert!(check(&problem, &p).is_ok());
+    assert!(p.pool_bytes[0] > 0);
 }

@@ -50,10 +50,7 @@ pub(super) fn run(
     deadline: Instant,
 ) -> Result<Attempt, PlanError> {
     let n = problem.buffers.len();
-    let live = match &problem.conflicts {
-        ConflictModel::Lifetimes => max_live_count(problem),
-        ConflictModel::Explicit(adj) => adj.iter().map(|l| l.len() as u64).max().unwrap_or(0),
-    };
+    let live = most_live(problem);
     let mut reserve = check_estimate(problem, live);
     let setup = Duration::from_nanos((n as u64).saturating_mul(SETUP_NS_PER_BUFFER));
     let mut trials: Vec<Trial> = Vec::new();
@@ -197,6 +194,21 @@ pub(super) fn run(
         }
     }
     Err(first_error.unwrap_or(PlanError::Overflow))
+}
+
+/// The checker's expected time on `problem`, before any check of it has
+/// been measured.
+pub(super) fn check_reserve(problem: &Problem) -> Duration {
+    check_estimate(problem, most_live(problem))
+}
+
+/// The most buffers live at once (lifetimes), or the most conflicts of one
+/// buffer (conflict graphs).
+fn most_live(problem: &Problem) -> u64 {
+    match &problem.conflicts {
+        ConflictModel::Lifetimes => max_live_count(problem),
+        ConflictModel::Explicit(adj) => adj.iter().map(|l| l.len() as u64).max().unwrap_or(0),
+    }
 }
 
 /// The checker's expected time before any check has been measured.
