@@ -356,16 +356,32 @@ fn portfolio(dfs: &Dfs, limit: u64) -> Vec<(Heuristic, u64)> {
             (h, share)
         })
         .collect();
-    for lane in 0..RESTART_LANES {
+    for seed in lane_seeds(limit) {
         let h = Heuristic {
             keys: "TWA",
             ties: Ties::Preorder,
-            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (lane + 1),
+            seed,
             nodes: limit,
         };
         runs.push((h, 1));
     }
     runs
+}
+
+/// The seed of restart `k` of a lane seeded `lane` (odd: 0 means no
+/// restart).
+fn restart_seed(lane: u64, k: u64) -> u64 {
+    lane.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1
+}
+
+/// The lane seeds of the restart runs [`portfolio`] builds for `limit`.
+fn lane_seeds(limit: u64) -> impl Iterator<Item = u64> {
+    (0..RESTART_LANES).map(move |lane| {
+        // Lanes differ above the low bit: [`restart_seed`] forces its seed
+        // odd, which made every other restart of the two lanes the same
+        // when they differed in the lowest two bits only.
+        limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((lane + 1) << 32)
+    })
 }
 
 /// One run of the portfolio under its node limit: one search in its
@@ -384,7 +400,7 @@ fn run_one(dfs: &mut Dfs, h: Heuristic, cap: u64, deadline: Instant) -> Outcome 
     while used < h.nodes {
         let one = Heuristic {
             keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
-            seed: h.seed.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1,
+            seed: restart_seed(h.seed, k),
             nodes: each.min(h.nodes - used),
             ..h
         };
@@ -891,6 +907,24 @@ mod tests {
             Outcome::Found(_) => true,
             Outcome::Infeasible(_) => false,
             Outcome::Limit => panic!("no limit was set"),
+        }
+    }
+
+    #[test]
+    fn restart_lanes_never_repeat_each_other() {
+        for limit in [512, 1_200, 65_536, u64::MAX / 4, u64::MAX] {
+            let lanes: Vec<u64> = lane_seeds(limit).collect();
+            for k in 0..1_000 {
+                for a in 0..lanes.len() {
+                    for b in a + 1..lanes.len() {
+                        assert_ne!(
+                            restart_seed(lanes[a], k),
+                            restart_seed(lanes[b], k),
+                            "limit {limit}, restart {k}"
+                        );
+                    }
+                }
+            }
         }
     }
 
