@@ -474,18 +474,46 @@ pub(crate) fn plan_arena(
         }
         Strategy::Search => {
             // The seeds keep the budget too (a best-fit pass on a trace
-            // with thousands of buffers live at once takes seconds); the
-            // naive layout is the seed of last resort.
-            let budget = Budget::until(deadline);
+            // with thousands of buffers live at once takes seconds), and
+            // the final check's time is set aside, as in `auto`. Where best
+            // fit is slow, first-fit (cheap at any size) seeds first and the
+            // best-fit seeds get what is left; elsewhere the best-fit seeds
+            // get half the budget and first-fit the rest should both run
+            // out; naive after that.
+            let work = deadline
+                .checked_sub(auto::check_reserve(problem))
+                .unwrap_or(deadline);
+            let heavy = auto::heavy(problem);
+            let first = heavy
+                .then(|| first_fit::place(problem, Budget::until(work)))
+                .flatten();
+            let now = Instant::now();
+            let fit = if heavy {
+                Budget::until(work)
+            } else {
+                Budget::until(now + work.saturating_duration_since(now) / 2)
+            };
+            let best_fit = |place: fn(&Problem, Budget) -> Option<Vec<u64>>| {
+                let until = fit.deadline.unwrap_or(work);
+                auto::room_for_pass(problem, until)
+                    .then(|| place(problem, fit))
+                    .flatten()
+            };
             let seed = [
-                greedy_size::place(problem, budget),
-                greedy_breadth::place(problem, budget),
+                first,
+                best_fit(greedy_size::place),
+                best_fit(greedy_breadth::place),
             ]
             .into_iter()
             .flatten()
             .min_by_key(|o| height(problem, o))
+            .or_else(|| {
+                (!heavy)
+                    .then(|| first_fit::place(problem, Budget::until(work)))
+                    .flatten()
+            })
             .unwrap_or_else(|| naive::place(problem));
-            search::run(problem, options, seed, target, bound, deadline)
+            search::run(problem, options, seed, target, bound, work)
         }
         Strategy::Auto => auto::run(problem, options, target, bound, deadline)?,
     };

@@ -66,7 +66,7 @@ pub(super) fn run(
         arena_bytes: Some(height(problem, &found[0].offsets)),
         elapsed: started.elapsed(),
     });
-    let heavy = n > LARGE || (n as u64).saturating_mul(live) > HEAVY_PAIRS;
+    let heavy = is_heavy(problem, live);
     let order = if heavy {
         // One best-fit pass then takes the whole default budget or more;
         // the online first-fit pass is the cheapest layout better than
@@ -194,6 +194,26 @@ pub(super) fn run(
         }
     }
     Err(first_error.unwrap_or(PlanError::Overflow))
+}
+
+/// Whether best fit is too slow for `problem` to go first: many buffers,
+/// or many live at once (`live`, see [`most_live`]).
+fn is_heavy(problem: &Problem, live: u64) -> bool {
+    let n = problem.buffers.len();
+    n > LARGE || (n as u64).saturating_mul(live) > HEAVY_PAIRS
+}
+
+/// Whether a constructive pass started now on `problem` can look at the
+/// clock before `work` (see [`SETUP_NS_PER_BUFFER`]).
+pub(super) fn room_for_pass(problem: &Problem, work: Instant) -> bool {
+    let setup =
+        Duration::from_nanos((problem.buffers.len() as u64).saturating_mul(SETUP_NS_PER_BUFFER));
+    Instant::now() + setup < work
+}
+
+/// [`is_heavy`] for callers outside the portfolio.
+pub(super) fn heavy(problem: &Problem) -> bool {
+    is_heavy(problem, most_live(problem))
 }
 
 /// The checker's expected time on `problem`, before any check of it has

@@ -95,6 +95,21 @@ pub(crate) fn run(
     for i in (0..n).filter(|&i| problem.is_trivial(i)) {
         offsets[i] = problem.buffers[i].pinned_offset.unwrap_or(0);
     }
+    if Instant::now() >= deadline {
+        // Splitting a million buffers into parts alone takes a tenth of a
+        // second: nothing to search, keep the seed.
+        let arena = height(problem, &offsets);
+        return Attempt {
+            offsets,
+            strategy: Strategy::Search,
+            proven_optimal: arena <= bound,
+            checked: false,
+            stats: PlanStats {
+                limit_hit: true,
+                ..PlanStats::default()
+            },
+        };
+    }
     let parts = if flags.decompose {
         partitions(problem, &active)
     } else {
