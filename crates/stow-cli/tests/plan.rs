@@ -67,6 +67,19 @@ fn bad_rows_name_file_and_line() {
         ("id,lower,upper,size\n0,5,4,16\n", "before lower"),
         ("id,size,conflicts\n1,5,2\n", "unknown id 2"),
         ("a,b\n", "neither"),
+        // Repeated ids, numeric (checked by sorting) and not.
+        (
+            "id,lower,upper,size\n1,0,2,8\n2,1,3,8\n1,2,4,8\n",
+            "bad.csv:4: id 1 appears twice",
+        ),
+        (
+            "id,lower,upper,size\na,0,2,8\nb,1,3,8\nb,2,4,8\n",
+            "bad.csv:4: id b appears twice",
+        ),
+        (
+            "id,size,conflicts\n1,5,\n1,4,\n",
+            "bad.csv:3: id 1 appears twice",
+        ),
     ] {
         std::fs::write(&input, body).unwrap();
         let o = stow(&["plan", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);

@@ -1,6 +1,6 @@
 //! Plans an interval trace (`id,lower,upper,size`) with every strategy, or
 //! a synthetic trace: `cargo run --release -p stow-plan --features testing
-//! --example replay -- FILE|synthetic:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]`.
+//! --example replay -- FILE|synthetic:N|training:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]`.
 
 use std::time::{Duration, Instant};
 use stow_plan::{plan, PlanOptions, Strategy};
@@ -8,12 +8,16 @@ use stow_plan::{plan, PlanOptions, Strategy};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(input) = args.first() else {
-        eprintln!("usage: replay FILE|synthetic:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]");
+        eprintln!(
+            "usage: replay FILE|synthetic:N|training:N [TIME_LIMIT_S] [CAPACITY] [STRATEGY...]"
+        );
         std::process::exit(2);
     };
     let made = Instant::now();
     let problem = if let Some(n) = input.strip_prefix("synthetic:") {
         stow_plan::testing::synthetic_trace(1, n.parse().expect("a count"))
+    } else if let Some(n) = input.strip_prefix("training:") {
+        stow_plan::testing::synthetic_training(1, n.parse().expect("a count"))
     } else {
         let text = std::fs::read_to_string(input).expect("readable file");
         stow_plan::testing::parse_intervals(&text).expect("interval CSV")
@@ -23,6 +27,12 @@ fn main() {
         problem.buffers.len(),
         made.elapsed()
     );
+    // DUMP=FILE writes the problem as an interval trace (alignment 1), for
+    // builds that cannot generate it.
+    if let Some(path) = std::env::var_os("DUMP") {
+        let text = stow_plan::testing::write_intervals(&problem, input);
+        std::fs::write(path, text).expect("writable file");
+    }
     let secs: f64 = args.get(1).map_or(1.0, |s| s.parse().expect("seconds"));
     let capacity: Option<u64> = args.get(2).and_then(|s| {
         if s == "-" {
@@ -68,7 +78,19 @@ fn main() {
         }
         let t = Instant::now();
         match plan(&problem, &options) {
-            Ok(p) => println!(
+            Ok(p) => {
+                // TRIALS=1 lists what auto ran.
+                if std::env::var_os("TRIALS").is_some() {
+                    for t in &p.stats.trials {
+                        eprintln!(
+                            "  {:<17} {:>16} {:>9.3} ms",
+                            t.strategy.name(),
+                            t.arena_bytes.map_or("unfinished".into(), |a| a.to_string()),
+                            t.elapsed.as_secs_f64() * 1e3
+                        );
+                    }
+                }
+                println!(
                 "{:<17} arena {:>12} bound {:>12} ratio {:.4} optimal {:<5} {:>9.3} ms nodes {} winner {}",
                 strategy.name(),
                 p.arena_bytes,
@@ -78,7 +100,8 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1e3,
                 p.stats.nodes,
                 p.strategy
-            ),
+                )
+            }
             Err(e) => println!("{:<17} error: {e}", strategy.name()),
         }
     }

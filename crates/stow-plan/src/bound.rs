@@ -37,6 +37,16 @@ pub fn lower_bound(problem: &Problem) -> u64 {
 }
 
 fn max_live(problem: &Problem) -> u64 {
+    peak_live(problem, |b| i128::from(b.size))
+}
+
+/// The most buffers live at one step (lifetimes only).
+pub(crate) fn max_live_count(problem: &Problem) -> u64 {
+    peak_live(problem, |_| 1)
+}
+
+/// The largest total `weight` of the non-empty buffers live at one step.
+fn peak_live(problem: &Problem, weight: impl Fn(&crate::problem::Buffer) -> i128) -> u64 {
     let live = |b: &&crate::problem::Buffer| b.lifetime.start < b.lifetime.end && b.size > 0;
     let horizon = problem
         .buffers
@@ -50,8 +60,8 @@ fn max_live(problem: &Problem) -> u64 {
     if horizon <= 4 * problem.buffers.len() + 1024 {
         let mut diff = vec![0i128; horizon + 1];
         for b in problem.buffers.iter().filter(live) {
-            diff[b.lifetime.start as usize] += i128::from(b.size);
-            diff[b.lifetime.end as usize] -= i128::from(b.size);
+            diff[b.lifetime.start as usize] += weight(b);
+            diff[b.lifetime.end as usize] -= weight(b);
         }
         let (mut now, mut best) = (0i128, 0i128);
         for d in diff {
@@ -62,8 +72,8 @@ fn max_live(problem: &Problem) -> u64 {
     }
     let mut events: Vec<(u32, i128)> = Vec::with_capacity(problem.buffers.len() * 2);
     for b in problem.buffers.iter().filter(live) {
-        events.push((b.lifetime.start, b.size as i128));
-        events.push((b.lifetime.end, -(b.size as i128)));
+        events.push((b.lifetime.start, weight(b)));
+        events.push((b.lifetime.end, -weight(b)));
     }
     // Ends sort before starts at the same step: half-open intervals.
     events.sort_unstable_by_key(|&(t, d)| (t, d > 0));

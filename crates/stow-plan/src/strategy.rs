@@ -348,9 +348,14 @@ pub fn plan(problem: &Problem, options: &PlanOptions) -> Result<Plan, PlanError>
     problem.validate()?;
     let started = Instant::now();
     let bound = lower_bound(problem);
+    // `auto` checks the layout it picks (it falls back on the next best
+    // when one fails); checking it again would cost as much as a
+    // constructive pass on a large trace.
+    let mut checked = false;
     let mut plan = if problem.pools.is_empty() {
         let attempt = plan_arena(problem, options, options.capacity, bound, started)?;
         let arena_bytes = arena_of(problem, &attempt.offsets)?;
+        checked = attempt.checked;
         Plan {
             offsets: attempt.offsets,
             arena_bytes,
@@ -364,10 +369,12 @@ pub fn plan(problem: &Problem, options: &PlanOptions) -> Result<Plan, PlanError>
     } else {
         pools::plan_pools(problem, options, bound, started)?
     };
-    check(problem, &plan).map_err(|violations| PlanError::Invalid {
-        strategy: plan.strategy,
-        violations,
-    })?;
+    if !checked {
+        check(problem, &plan).map_err(|violations| PlanError::Invalid {
+            strategy: plan.strategy,
+            violations,
+        })?;
+    }
     plan.stats.elapsed = started.elapsed();
     Ok(plan)
 }
@@ -377,6 +384,8 @@ pub(crate) struct Attempt {
     pub offsets: Vec<u64>,
     pub strategy: Strategy,
     pub proven_optimal: bool,
+    /// These offsets have passed [`check`] against the whole problem.
+    pub checked: bool,
     pub stats: PlanStats,
 }
 
@@ -422,27 +431,40 @@ pub(crate) fn plan_arena(
         offsets,
         strategy,
         proven_optimal: false,
+        checked: false,
         stats: PlanStats::default(),
     };
+    // Chosen alone, the constructive strategies always finish.
+    let endless = Budget::unlimited();
+    let unfinished = || PlanError::Overflow;
     let attempt = match options.strategy {
         Strategy::Naive => single(Strategy::Naive, naive::place(problem)),
-        Strategy::GreedySize => single(Strategy::GreedySize, greedy_size::place(problem)),
-        Strategy::GreedyBreadth => single(Strategy::GreedyBreadth, greedy_breadth::place(problem)),
+        Strategy::GreedySize => single(
+            Strategy::GreedySize,
+            greedy_size::place(problem, endless).ok_or_else(unfinished)?,
+        ),
+        Strategy::GreedyBreadth => single(
+            Strategy::GreedyBreadth,
+            greedy_breadth::place(problem, endless).ok_or_else(unfinished)?,
+        ),
         Strategy::FirstFitPool => single(
             Strategy::FirstFitPool,
-            first_fit::place(problem, Budget::unlimited()).ok_or(PlanError::Overflow)?,
+            first_fit::place(problem, endless).ok_or_else(unfinished)?,
         ),
         Strategy::PeakSuppression => {
+            // The first layout always finishes; the rounds keep the budget.
             let (offsets, rounds, limit_hit) = peak::place(
                 problem,
                 target,
                 options.peak_rounds,
+                endless,
                 Budget::until(deadline),
             );
             Attempt {
-                offsets,
+                offsets: offsets.ok_or_else(unfinished)?,
                 strategy: Strategy::PeakSuppression,
                 proven_optimal: false,
+                checked: false,
                 stats: PlanStats {
                     rounds,
                     limit_hit,
@@ -451,12 +473,47 @@ pub(crate) fn plan_arena(
             }
         }
         Strategy::Search => {
-            let seeds = [greedy_size::place(problem), greedy_breadth::place(problem)];
-            let seed = seeds
-                .into_iter()
-                .min_by_key(|o| height(problem, o))
-                .expect("two seeds");
-            search::run(problem, options, seed, target, bound, deadline)
+            // The seeds keep the budget too (a best-fit pass on a trace
+            // with thousands of buffers live at once takes seconds), and
+            // the final check's time is set aside, as in `auto`. Where best
+            // fit is slow, first-fit (cheap at any size) seeds first and the
+            // best-fit seeds get what is left; elsewhere the best-fit seeds
+            // get half the budget and first-fit the rest should both run
+            // out; naive after that.
+            let work = deadline
+                .checked_sub(auto::check_reserve(problem))
+                .unwrap_or(deadline);
+            let heavy = auto::heavy(problem);
+            let first = heavy
+                .then(|| first_fit::place(problem, Budget::until(work)))
+                .flatten();
+            let now = Instant::now();
+            let fit = if heavy {
+                Budget::until(work)
+            } else {
+                Budget::until(now + work.saturating_duration_since(now) / 2)
+            };
+            let best_fit = |place: fn(&Problem, Budget) -> Option<Vec<u64>>| {
+                let until = fit.deadline.unwrap_or(work);
+                auto::room_for_pass(problem, until)
+                    .then(|| place(problem, fit))
+                    .flatten()
+            };
+            let seed = [
+                first,
+                best_fit(greedy_size::place),
+                best_fit(greedy_breadth::place),
+            ]
+            .into_iter()
+            .flatten()
+            .min_by_key(|o| height(problem, o))
+            .or_else(|| {
+                (!heavy)
+                    .then(|| first_fit::place(problem, Budget::until(work)))
+                    .flatten()
+            })
+            .unwrap_or_else(|| naive::place(problem));
+            search::run(problem, options, seed, target, bound, work)
         }
         Strategy::Auto => auto::run(problem, options, target, bound, deadline)?,
     };

@@ -159,6 +159,30 @@ pub fn synthetic_trace(seed: u64, n: usize) -> Problem {
     Problem::new(buffers, ConflictModel::Lifetimes)
 }
 
+/// A synthetic training trace of `n` buffers, shaped like a production
+/// compiler's traces (forward and backward pass): a third are
+/// activations saved in the forward pass and freed by the matching
+/// backward step (nested lifetimes, so thousands are live at the middle),
+/// the rest temporaries living 1 to 16 steps. Sizes are log-uniform from
+/// 16 bytes to 1 GiB, aligned to 64; one buffer is produced per step.
+pub fn synthetic_training(seed: u64, n: usize) -> Problem {
+    let mut r = Rng::new(seed);
+    let steps = n as u64;
+    let buffers = (0..steps)
+        .map(|i| {
+            let size = log_uniform(&mut r, (16, 1 << 30), 1).next_multiple_of(64);
+            let end = if r.chance(33) && i < steps / 2 {
+                // Freed by the backward step that mirrors this one.
+                steps - i
+            } else {
+                (i + r.range(1, 17)).min(steps + 1)
+            };
+            Buffer::new(size, i as u32, end.max(i + 1) as u32, 64)
+        })
+        .collect();
+    Problem::new(buffers, ConflictModel::Lifetimes)
+}
+
 /// The worked example of the conflict-graph method (M1): 8 operators with
 /// sizes in MiB units; the heaviest clique {4, 5, 6, 7} weighs 43, which is
 /// the optimum.

@@ -48,15 +48,17 @@ pub(crate) fn parse_pool(s: &str) -> Result<Pool, String> {
     }
 }
 
-/// A parsed trace: the problem, the original rows and ids.
-pub(crate) struct Trace {
+/// A parsed trace: the problem, the original rows and ids (borrowed from
+/// the file's text: a copy of every row and id cost more than planning a
+/// 1,000,000-row trace under the default time limit).
+pub(crate) struct Trace<'a> {
     pub problem: Problem,
-    pub header: String,
-    pub rows: Vec<String>,
+    pub header: &'a str,
+    pub rows: Vec<&'a str>,
 }
 
 /// Parses either CSV form; errors name the file and line.
-pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> {
+pub(crate) fn parse_trace<'a>(path: &Path, text: &'a str, align: u64) -> Result<Trace<'a>> {
     let mut lines = text
         .lines()
         .enumerate()
@@ -75,7 +77,8 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
     }
     let mut buffers = Vec::new();
     let mut rows = Vec::new();
-    let mut ids: HashMap<String, usize> = HashMap::new();
+    let mut names: Vec<&str> = Vec::new();
+    let mut line_of: Vec<usize> = Vec::new();
     let mut raw_conflicts: Vec<(usize, Vec<String>)> = Vec::new();
     for (n, line) in lines {
         let at = || format!("{}:{}", path.display(), n + 1);
@@ -98,9 +101,8 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
                 )
             })
         };
-        if ids.insert(fields[0].to_string(), buffers.len()).is_some() {
-            bail!("{}: id {} appears twice", at(), fields[0]);
-        }
+        names.push(fields[0]);
+        line_of.push(n);
         if intervals {
             let (lower, upper, size) = (num(1)?, num(2)?, num(3)?);
             if upper < lower {
@@ -117,7 +119,29 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
                 fields[2].split_whitespace().map(String::from).collect(),
             ));
         }
-        rows.push(line.trim_end().to_string());
+        rows.push(line.trim_end());
+    }
+    // Ids must be unique. Numeric ids of an interval trace are checked by
+    // sorting their values (hashing a million ids took longer than planning
+    // them); otherwise, or when two values are equal, a map of the ids finds
+    // the first repeated one, and conflict lists look their ids up in it.
+    let numeric: Option<Vec<u64>> = names.iter().map(|s| s.parse::<u64>().ok()).collect();
+    let distinct = intervals
+        && numeric.is_some_and(|mut v| {
+            v.sort_unstable();
+            v.windows(2).all(|w| w[0] != w[1])
+        });
+    let mut ids: HashMap<&str, usize> = HashMap::new();
+    if !distinct {
+        for (k, &name) in names.iter().enumerate() {
+            if ids.insert(name, k).is_some() {
+                bail!(
+                    "{}:{}: id {name} appears twice",
+                    path.display(),
+                    line_of[k] + 1
+                );
+            }
+        }
     }
     let model = if intervals {
         ConflictModel::Lifetimes
@@ -125,7 +149,7 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
         let mut adjacency: Vec<Vec<BufferId>> = vec![Vec::new(); buffers.len()];
         for (i, others) in raw_conflicts {
             for other in others {
-                let j = *ids.get(&other).with_context(|| {
+                let j = *ids.get(other.as_str()).with_context(|| {
                     format!(
                         "{}: buffer {} conflicts with unknown id {other}",
                         path.display(),
@@ -143,7 +167,7 @@ pub(crate) fn parse_trace(path: &Path, text: &str, align: u64) -> Result<Trace> 
     };
     Ok(Trace {
         problem: Problem::new(buffers, model),
-        header: header.trim_end().to_string(),
+        header: header.trim_end(),
         rows,
     })
 }

@@ -13,11 +13,13 @@
 //! the tensor's (best fit by time).
 
 use super::greedy_size::place_in_order;
+use super::Budget;
 use crate::index::Timeline;
 use crate::problem::{ConflictModel, Problem};
 use std::cmp::Reverse;
 
-pub(super) fn place(problem: &Problem) -> Vec<u64> {
+/// `None` when the budget runs out first.
+pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
     let n = problem.buffers.len();
     // (width, operator) for every buffer.
     let key: Vec<(u64, usize)> = match &problem.conflicts {
@@ -71,7 +73,7 @@ pub(super) fn place(problem: &Problem) -> Vec<u64> {
         )
     });
     let life = |i: usize| problem.buffers[i].lifetime;
-    place_in_order(problem, &order, |i, below| match below {
+    place_in_order(problem, &order, budget, |i, below| match below {
         None => 0,
         Some(j) => {
             let (a, b) = (life(i), life(j as usize));

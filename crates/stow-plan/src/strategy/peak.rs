@@ -16,6 +16,7 @@
 //! stop at the threshold, when an order repeats, after the round limit, or
 //! when the time budget runs out. The best layout seen is returned.
 
+use super::greedy_size::CLOCK_EVERY;
 use super::Budget;
 use crate::index::{lowest_gap, PlacedIndex, Taken, Timeline};
 use crate::problem::{ConflictModel, Problem};
@@ -106,15 +107,20 @@ impl Keys {
 }
 
 /// Lowest-fit placement of `order` onto whatever `index` already holds;
-/// returns the highest top among `order`.
+/// returns the highest top among `order`, or `None` when the budget runs
+/// out first (the index then holds part of `order`).
 fn drop_in(
     problem: &Problem,
     index: &mut PlacedIndex,
     order: &[usize],
     taken: &mut Vec<Taken>,
-) -> u64 {
+    budget: Budget,
+) -> Option<u64> {
     let mut top = 0u64;
-    for &i in order {
+    for (k, &i) in order.iter().enumerate() {
+        if k % CLOCK_EVERY == 0 && budget.expired() {
+            return None;
+        }
         if index.is_placed(i) {
             continue;
         }
@@ -128,7 +134,7 @@ fn drop_in(
         index.place(i, offset);
         top = top.max(offset.saturating_add(b.size));
     }
-    top
+    Some(top)
 }
 
 fn fresh<'p>(problem: &'p Problem) -> PlacedIndex<'p> {
@@ -141,21 +147,31 @@ fn fresh<'p>(problem: &'p Problem) -> PlacedIndex<'p> {
     index
 }
 
-fn layout(problem: &Problem, order: &[usize], taken: &mut Vec<Taken>) -> (Vec<u64>, u64) {
+fn layout(
+    problem: &Problem,
+    order: &[usize],
+    taken: &mut Vec<Taken>,
+    budget: Budget,
+) -> Option<(Vec<u64>, u64)> {
     let mut index = fresh(problem);
-    drop_in(problem, &mut index, order, taken);
+    drop_in(problem, &mut index, order, taken, budget)?;
     let offsets = index.into_offsets();
     let h = super::height(problem, &offsets);
-    (offsets, h)
+    Some((offsets, h))
 }
 
-/// Returns (offsets, rounds run, whether the budget stopped it).
+/// Returns (offsets, rounds run, whether the budget stopped it). The
+/// first layout runs under `first` (the whole time limit alone, where the
+/// caller has no other layout to fall back on), the rest under `budget`;
+/// offsets are `None` only when `first` ran out before one layout was
+/// complete.
 pub(super) fn place(
     problem: &Problem,
     threshold: u64,
     max_rounds: u32,
+    first: Budget,
     budget: Budget,
-) -> (Vec<u64>, u32, bool) {
+) -> (Option<Vec<u64>>, u32, bool) {
     let n = problem.buffers.len();
     let keys = Keys::new(problem);
     let all: Vec<usize> = (0..n).collect();
@@ -164,13 +180,16 @@ pub(super) fn place(
     for key in KEYS {
         let mut order = all.clone();
         keys.sort(&mut order, key);
-        let (offsets, h) = layout(problem, &order, &mut taken);
+        let limit = if best.is_none() { first } else { budget };
+        let Some((offsets, h)) = layout(problem, &order, &mut taken, limit) else {
+            return (best.map(|(_, offsets, _)| offsets), 0, true);
+        };
         if best.as_ref().is_none_or(|b| h < b.0) {
             best = Some((h, offsets, order));
         }
         if best.as_ref().is_some_and(|b| b.0 <= threshold) || budget.expired() {
             let (_, offsets, _) = best.expect("set above");
-            return (offsets, 0, budget.expired());
+            return (Some(offsets), 0, budget.expired());
         }
     }
     let (mut best_h, mut best_offsets, mut order) = best.expect("four keys tried");
@@ -180,7 +199,7 @@ pub(super) fn place(
     let mut rounds = 0;
     while rounds < max_rounds && best_h > threshold {
         if budget.expired() {
-            return (best_offsets, rounds, true);
+            return (Some(best_offsets), rounds, true);
         }
         rounds += 1;
         let class = classify(problem, &offsets, threshold);
@@ -199,7 +218,9 @@ pub(super) fn place(
                 candidates.push(c);
             }
             for c in candidates {
-                let top = drop_in(problem, &mut index, &c, &mut taken);
+                let Some(top) = drop_in(problem, &mut index, &c, &mut taken, budget) else {
+                    return (Some(best_offsets), rounds, true);
+                };
                 for &i in &c {
                     if problem.buffers[i].pinned_offset.is_none() {
                         index.unplace(i);
@@ -210,7 +231,9 @@ pub(super) fn place(
                 }
             }
             let (_, c) = best_g.expect("at least one candidate");
-            drop_in(problem, &mut index, &c, &mut taken);
+            if drop_in(problem, &mut index, &c, &mut taken, budget).is_none() {
+                return (Some(best_offsets), rounds, true);
+            }
             next.extend(c);
         }
         let rest: Vec<usize> = order
@@ -218,7 +241,9 @@ pub(super) fn place(
             .copied()
             .filter(|&i| class[i] >= Risk::Low)
             .collect();
-        drop_in(problem, &mut index, &rest, &mut taken);
+        if drop_in(problem, &mut index, &rest, &mut taken, budget).is_none() {
+            return (Some(best_offsets), rounds, true);
+        }
         next.extend(rest);
         offsets = index.into_offsets();
         let h = super::height(problem, &offsets);
@@ -231,7 +256,7 @@ pub(super) fn place(
         }
         order = next;
     }
-    (best_offsets, rounds, false)
+    (Some(best_offsets), rounds, false)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -60,10 +60,25 @@ use dfs::{Dfs, GateRun, Outcome};
 use gate::Gate;
 use std::cmp::Reverse;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Parts larger than this keep their heuristic layout.
 const MAX_PART: usize = 20_000;
+
+/// Parts whose conflict lists and sections would hold more entries than
+/// this keep their heuristic layout too: 20,000 buffers with thousands live
+/// at once would need gigabytes and seconds to set up, before the first
+/// node looks at the clock.
+const MAX_ENTRIES: u64 = 50_000_000;
+
+/// Time a decision takes to wind down after its deadline, per buffer of
+/// the part (see [`run`]).
+const WIND_DOWN_NS: u64 = 8_000;
+
+/// Time to set up one entry of a part's conflict lists or sections (about
+/// 10 ns measured, doubled): a part is searched only when setting it up
+/// fits in its share of the time.
+const SETUP_NS_PER_ENTRY: u64 = 20;
 
 pub(crate) fn run(
     problem: &Problem,
@@ -79,6 +94,21 @@ pub(crate) fn run(
     let active: Vec<usize> = (0..n).filter(|&i| !problem.is_trivial(i)).collect();
     for i in (0..n).filter(|&i| problem.is_trivial(i)) {
         offsets[i] = problem.buffers[i].pinned_offset.unwrap_or(0);
+    }
+    if Instant::now() >= deadline {
+        // Splitting a million buffers into parts alone takes a tenth of a
+        // second: nothing to search, keep the seed.
+        let arena = height(problem, &offsets);
+        return Attempt {
+            offsets,
+            strategy: Strategy::Search,
+            proven_optimal: arena <= bound,
+            checked: false,
+            stats: PlanStats {
+                limit_hit: true,
+                ..PlanStats::default()
+            },
+        };
     }
     let parts = if flags.decompose {
         partitions(problem, &active)
@@ -130,10 +160,26 @@ pub(crate) fn run(
             if searchable[k] && h > goal && now < deadline && nodes_left > 0 {
                 let share = part.len() as f64 / weight.max(1) as f64;
                 weight = weight.saturating_sub(part.len());
+                let entries = setup_entries(problem, part);
+                let setup = Duration::from_nanos(entries.saturating_mul(SETUP_NS_PER_ENTRY));
+                if entries > MAX_ENTRIES
+                    || setup >= deadline.duration_since(now).mul_f64(share.min(1.0))
+                {
+                    reached = reached.max(h);
+                    continue;
+                }
                 let mut dfs = build(problem, part, flags);
                 let seed: Vec<u64> = part.iter().map(|&g| offsets[g]).collect();
+                // Runs stop within a node of the deadline, but winding a
+                // decision down (undoing placements, the probe lane's last
+                // try, joining the runs) took up to 60 ms after it on a
+                // 20,000-buffer part and 80 ms on a 10,000-buffer one at
+                // load 4: stop 8 µs per buffer earlier.
+                let wind_down = Duration::from_nanos(part.len() as u64 * WIND_DOWN_NS);
                 let run = Run {
-                    deadline: now + deadline.duration_since(now).mul_f64(share.min(1.0)),
+                    deadline: (now + deadline.duration_since(now).mul_f64(share.min(1.0)))
+                        .checked_sub(wind_down)
+                        .unwrap_or(now),
                     ..run
                 };
                 let (best, ended) = minimize(&mut dfs, seed, h, goal, &run, &mut nodes_left);
@@ -164,7 +210,42 @@ pub(crate) fn run(
         offsets,
         strategy: Strategy::Search,
         proven_optimal: arena <= bound || (proven_top && arena == reached),
+        checked: false,
         stats,
+    }
+}
+
+/// How many entries [`build`] would write for `part`: conflict list
+/// entries plus section memberships (upper bounds for conflict graphs), in
+/// O(m log m) without building either.
+fn setup_entries(problem: &Problem, part: &[usize]) -> u64 {
+    match &problem.conflicts {
+        ConflictModel::Lifetimes => {
+            let life = |i: usize| problem.buffers[i].lifetime;
+            let mut starts: Vec<u32> = part.iter().map(|&i| life(i).start).collect();
+            let mut ends: Vec<u32> = part.iter().map(|&i| life(i).end).collect();
+            let mut points: Vec<u32> = starts.iter().chain(&ends).copied().collect();
+            starts.sort_unstable();
+            ends.sort_unstable();
+            points.sort_unstable();
+            points.dedup();
+            part.iter()
+                .map(|&i| {
+                    let l = life(i);
+                    // Buffers starting before this one ends, less those
+                    // ended by the time it starts: its neighbours and itself.
+                    let overlapping = (starts.partition_point(|&s| s < l.end) as u64)
+                        .saturating_sub(ends.partition_point(|&e| e <= l.start) as u64);
+                    let spanned = (points.partition_point(|&p| p < l.end) as u64)
+                        .saturating_sub(points.partition_point(|&p| p < l.start) as u64);
+                    overlapping + spanned
+                })
+                .fold(0u64, u64::saturating_add)
+        }
+        ConflictModel::Explicit(adj) => part
+            .iter()
+            .map(|&i| 2 * adj[i].len() as u64 + 1)
+            .fold(0u64, u64::saturating_add),
     }
 }
 
@@ -290,16 +371,32 @@ fn portfolio(dfs: &Dfs, limit: u64) -> Vec<(Heuristic, u64)> {
             (h, share)
         })
         .collect();
-    for lane in 0..RESTART_LANES {
+    for seed in lane_seeds(limit) {
         let h = Heuristic {
             keys: "TWA",
             ties: Ties::Preorder,
-            seed: limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (lane + 1),
+            seed,
             nodes: limit,
         };
         runs.push((h, 1));
     }
     runs
+}
+
+/// The seed of restart `k` of a lane seeded `lane` (odd: 0 means no
+/// restart).
+fn restart_seed(lane: u64, k: u64) -> u64 {
+    lane.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1
+}
+
+/// The lane seeds of the restart runs [`portfolio`] builds for `limit`.
+fn lane_seeds(limit: u64) -> impl Iterator<Item = u64> {
+    (0..RESTART_LANES).map(move |lane| {
+        // Lanes differ above the low bit: [`restart_seed`] forces its seed
+        // odd, which made every other restart of the two lanes the same
+        // when they differed in the lowest two bits only.
+        limit.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((lane + 1) << 32)
+    })
 }
 
 /// One run of the portfolio under its node limit: one search in its
@@ -318,7 +415,7 @@ fn run_one(dfs: &mut Dfs, h: Heuristic, cap: u64, deadline: Instant) -> Outcome 
     while used < h.nodes {
         let one = Heuristic {
             keys: ["TWA", "TAW", "WAT"][(k % 3) as usize],
-            seed: h.seed.wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D)) | 1,
+            seed: restart_seed(h.seed, k),
             nodes: each.min(h.nodes - used),
             ..h
         };
@@ -555,62 +652,71 @@ fn decide(
     // the part (the first portfolio overflowed the default 2 MiB on a
     // 10,000-buffer part).
     let stack = (8 << 20) + 2048 * dfs.size.len();
+    // Each run copies the part's data once it holds a thread token, on its
+    // own thread: copying a 20,000-buffer part for every run up front took
+    // tens of milliseconds the deadline did not see.
+    let base: &Dfs = dfs;
     let (outcome, spent) = std::thread::scope(|scope| {
-        let start = |k: usize, nodes: u64, mut mine: Dfs| {
+        let start = |nodes: u64| {
             let nodes = nodes.max(64);
+            let mut mine = base.clone();
             mine.gate = Some(GateRun {
                 gate: Arc::clone(&gate),
                 nodes,
                 next: mine.nodes + nodes,
                 slice: 0,
             });
-            (k, mine)
+            mine
         };
         let mut handles = Vec::with_capacity(lanes);
         for (k, &(h, share)) in runs.iter().enumerate() {
-            let (k, mut mine) = start(k, slice / share, dfs.clone());
             let gate = Arc::clone(&gate);
             handles.push(
                 std::thread::Builder::new()
                     .stack_size(stack)
                     .spawn_scoped(scope, move || {
-                        let (before, backtracks) = (mine.nodes, mine.backtracks);
                         // A run that panics (e.g. printing a trace to a closed
                         // pipe) must still finish, or the lockstep waits forever.
-                        let outcome =
+                        let (outcome, spent) =
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                 if gate.start() {
-                                    run_one(&mut mine, h, cap, deadline)
+                                    let mut mine = start(slice / share);
+                                    let (before, backtracks) = (mine.nodes, mine.backtracks);
+                                    let outcome = run_one(&mut mine, h, cap, deadline);
+                                    (outcome, (mine.nodes - before, mine.backtracks - backtracks))
                                 } else {
-                                    Outcome::Limit
+                                    (Outcome::Limit, (0, 0))
                                 }
                             }))
-                            .unwrap_or(Outcome::Limit);
+                            .unwrap_or((Outcome::Limit, (0, 0)));
                         gate.finish(k, outcome);
-                        (mine.nodes - before, mine.backtracks - backtracks)
+                        spent
                     })
                     .expect("a search thread"),
             );
         }
         if let Some(hi) = probe {
-            let (k, mut mine) = start(runs.len(), PROBE_PACE * slice, dfs.clone());
+            let k = runs.len();
             let (gate, probed) = (Arc::clone(&gate), &probed);
             handles.push(
                 std::thread::Builder::new()
                     .stack_size(stack)
                     .spawn_scoped(scope, move || {
-                        let (before, backtracks) = (mine.nodes, mine.backtracks);
-                        let outcome =
+                        let (outcome, spent) =
                             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                 if gate.start() {
-                                    probe_lane(&mut mine, (cap, hi), budget, deadline, probed)
+                                    let mut mine = start(PROBE_PACE * slice);
+                                    let (before, backtracks) = (mine.nodes, mine.backtracks);
+                                    let outcome =
+                                        probe_lane(&mut mine, (cap, hi), budget, deadline, probed);
+                                    (outcome, (mine.nodes - before, mine.backtracks - backtracks))
                                 } else {
-                                    Outcome::Limit
+                                    (Outcome::Limit, (0, 0))
                                 }
                             }))
-                            .unwrap_or(Outcome::Limit);
+                            .unwrap_or((Outcome::Limit, (0, 0)));
                         gate.finish(k, outcome);
-                        (mine.nodes - before, mine.backtracks - backtracks)
+                        spent
                     })
                     .expect("a search thread"),
             );
@@ -816,6 +922,58 @@ mod tests {
             Outcome::Found(_) => true,
             Outcome::Infeasible(_) => false,
             Outcome::Limit => panic!("no limit was set"),
+        }
+    }
+
+    #[test]
+    fn restart_lanes_never_repeat_each_other() {
+        for limit in [512, 1_200, 65_536, u64::MAX / 4, u64::MAX] {
+            let lanes: Vec<u64> = lane_seeds(limit).collect();
+            for k in 0..1_000 {
+                for a in 0..lanes.len() {
+                    for b in a + 1..lanes.len() {
+                        assert_ne!(
+                            restart_seed(lanes[a], k),
+                            restart_seed(lanes[b], k),
+                            "limit {limit}, restart {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn setup_entries_count_what_build_writes() {
+        for seed in 0..20 {
+            let p = random_problem(seed, 12);
+            let part: Vec<usize> = (0..p.buffers.len()).filter(|&i| !p.is_trivial(i)).collect();
+            let sub = p.subproblem(&part);
+            let neighbours: usize = sub.conflict_lists().iter().map(Vec::len).sum();
+            // Section memberships before equal sections are merged: every
+            // elementary segment a buffer's lifetime covers.
+            let mut points: Vec<u32> = sub
+                .buffers
+                .iter()
+                .flat_map(|b| [b.lifetime.start, b.lifetime.end])
+                .collect();
+            points.sort_unstable();
+            points.dedup();
+            let spanned: usize = sub
+                .buffers
+                .iter()
+                .map(|b| {
+                    points
+                        .iter()
+                        .filter(|&&t| b.lifetime.start <= t && t < b.lifetime.end)
+                        .count()
+                })
+                .sum();
+            assert_eq!(
+                setup_entries(&p, &part) as usize,
+                neighbours + part.len() + spanned,
+                "seed {seed}"
+            );
         }
     }
 
