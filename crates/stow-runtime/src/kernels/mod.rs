@@ -242,8 +242,8 @@ pub struct MatMul {
     pub b: [usize; 2],
     /// C's strides along m and n.
     pub c: [usize; 2],
-    /// The weight stored in panels (`stow.packed`): B, or A when the
-    /// operands are swapped.
+    /// B is a weight stored in panels (`stow.packed`); never with
+    /// `swapped`.
     pub packed: Option<prepacked::Panels>,
     /// A is the second input and B the first: the product is computed
     /// transposed, `Cᵀ = Bᵀ·Aᵀ`, so that the output's contiguous axis is

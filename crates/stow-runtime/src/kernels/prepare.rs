@@ -1292,7 +1292,8 @@ pub fn packable(
         .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
     let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
         Kernel::Conv(s, None) => s.k(),
-        Kernel::MatMul(mm) => mm.mnk[2],
+        // Packing it would undo the swap (its weight is the left operand).
+        Kernel::MatMul(mm) if !mm.swapped => mm.mnk[2],
         _ => return None,
     };
     let kc = depth.clamp(1, gemm::KC);
@@ -1398,8 +1399,11 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     let dims: Vec<usize> = batch.iter().map(|c| size[c]).collect();
     let per = |i: usize| batch.iter().map(|&c| stride(i, c)).collect::<Vec<_>>();
     // Output columns contiguous: tiles are written and the image's
-    // panels read as whole rows.
-    let swapped = mm > 1 && nn > 1 && cm == 1 && cn != 1;
+    // panels read as whole rows. A weight packed in a bundle is always
+    // the right operand (docs/FORMAT.md), so a product with one is never
+    // swapped, and the compiler packs no product that would be.
+    let packed_kc = packed_depth(op)?;
+    let swapped = packed_kc.is_none() && mm > 1 && nn > 1 && cm == 1 && cn != 1;
     let mm_ = if swapped {
         MatMul {
             batch: Walk::new(&dims, [&per(2), &per(1), &per(0)]).ok_or("too many batch axes")?,
@@ -1423,7 +1427,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     };
     let [rows, cols, _] = mm_.mnk;
     // One-row products run without packing (`gemv`).
-    let Some(kc) = packed_depth(op)? else {
+    let Some(kc) = packed_kc else {
         let scratch = if rows == 1 {
             0
         } else {
@@ -1440,7 +1444,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
         "the packed weight is not the product's k × n matrix".into()
     })?;
     let p = Panels {
-        side: if swapped { Side::Left } else { Side::Right },
+        side: Side::Right,
         matrices: 1,
         rows: nn,
         depth: kk,

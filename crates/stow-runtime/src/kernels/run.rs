@@ -4,7 +4,6 @@
 use super::cells::{self, typed, Src};
 use super::float::Float;
 use super::layout::Walk;
-use super::prepacked::Side;
 use super::{
     arith, contract, elementwise, gemm, linalg, movement, nn, prepacked, quant, recurrent, Kernel,
     Loc, MatMul, Operand, Step,
@@ -629,9 +628,6 @@ fn matmul(
                 // A weight shared by every batch position (setup checked
                 // its batch strides are zero) is read from its panels.
                 match &mm.packed {
-                    Some(p) if p.side == Side::Left => {
-                        prepacked::gemm_left(p, 0, a, n, &pb, &dst, scratch, cols.clone())
-                    }
                     Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
                     None => gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone()),
                 }
