@@ -10,7 +10,9 @@
 //! tap's run is one contiguous slice and the inner loop vectorises; no
 //! packing, no scratch.
 
+use super::epilogue;
 use super::fast::Domains;
+use super::igemm::Isa;
 use super::{Out, QConv, Requant};
 use crate::kernels::cells::{Load, Src};
 
@@ -29,6 +31,7 @@ impl QConv {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run_depthwise(
         &self,
+        isa: Isa,
         x: Src<'_, u8>,
         w: Src<'_, u8>,
         dom: Domains,
@@ -66,6 +69,7 @@ impl QConv {
                 let (xb, ob) = (plane * ih * iw, plane * oh * ow);
                 let (bias, scale, b0) = q.channel(ob);
                 let b0 = dom.b0(b0);
+                let requant = q.line(bias, scale, 0, 0);
                 let taps: [i32; TAPS] = core::array::from_fn(|t| {
                     if t < kh * kw {
                         let v = w.load(channel * kh * kw + t) ^ flips.1;
@@ -114,8 +118,7 @@ impl QConv {
                             }
                         }
                     }
-                    q.finish_row(row, bias, scale);
-                    out.set_row(ob + oy * ow, row);
+                    epilogue::row(isa, row, None, &requant, out, ob + oy * ow);
                 }
             }
         }));
