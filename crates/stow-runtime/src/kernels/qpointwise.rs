@@ -24,7 +24,6 @@
 //! | 6 | the output's scale | |
 //! | 7 | the output's zero point (the output's type) | |
 
-use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::prepare::want;
 use super::qlinear::IntSrc;
@@ -235,10 +234,11 @@ impl<'a> NarrowOut<'a> {
 }
 
 /// QuantizeLinear of one value: divides (as ONNX does, not by the
-/// reciprocal), rounds half to even, saturates.
+/// reciprocal), rounds half to even (without a libm call,
+/// [`super::quant::round_even`]), saturates.
 #[inline]
 fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
-    (Float::round_ties_even(v / scale) + zero).clamp(lo, hi)
+    (super::quant::round_even(v / scale) + zero).clamp(lo, hi)
 }
 
 /// One per-tensor (scale, zero point) pair.

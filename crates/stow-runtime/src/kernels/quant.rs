@@ -34,19 +34,22 @@ fn quantize_u8(x: f32, scale: f32, zero: u8) -> u8 {
 }
 
 /// `round_ties_even(x)` up to the sign of a zero, without a call to
-/// libm's `rintf` per element (the baseline x86-64 target has no SSE4.1
-/// `roundss`): below 2²² in magnitude, adding and subtracting 1.5·2²³
-/// rounds to the nearest integer, ties to even, as IEEE arithmetic rounds
-/// the sum; larger values, infinities and NaN take `rintf`. A zero may
-/// come out +0 where `rintf` gives −0: every caller adds a zero point or
-/// converts to an integer next, which treats both alike.
+/// libm's `rintf` (the baseline x86-64 target has no SSE4.1 `roundss`),
+/// and without a branch to one, which the compiler may speculate for
+/// every lane of a vectorised loop: below 2²³ in magnitude, adding and
+/// subtracting 1.5·2⁵² in f64 rounds to the nearest integer, ties to
+/// even, as IEEE arithmetic rounds the sum, and the integer (at most 2²³)
+/// is exact in f32; from 2²³ on every f32 is an integer already, and
+/// infinities and NaN are their own rounding. A zero may come out +0
+/// where `rintf` gives −0: every caller adds a zero point or converts to
+/// an integer next, which treats both alike.
 #[inline(always)]
-fn round_even(x: f32) -> f32 {
-    const SHIFT: f32 = 12_582_912.0; // 1.5·2²³
-    if x.abs() < 4_194_304.0 {
-        (x + SHIFT) - SHIFT
+pub(super) fn round_even(x: f32) -> f32 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2⁵²
+    if x.abs() < 8_388_608.0 {
+        ((f64::from(x) + SHIFT) - SHIFT) as f32
     } else {
-        Float::round_ties_even(x)
+        x
     }
 }
 
@@ -297,8 +300,8 @@ mod tests {
     }
 
     /// The rounding without libm gives `rintf`'s integer for halves and
-    /// near-halves of every size, around 2²² and 2²³ where the shortcut
-    /// stops, random bit patterns, ±0, infinities and NaN; and the
+    /// near-halves of every size, around 2²³ where the shortcut stops and
+    /// 2²² and 2²⁴, random bit patterns, ±0, infinities and NaN; and the
     /// quantizers built on it give the bytes of the `rintf` formula.
     #[test]
     fn rounding_without_libm_matches_rintf() {

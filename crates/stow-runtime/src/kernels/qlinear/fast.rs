@@ -352,6 +352,19 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
         }
         sums
     }
+
+    type Row<'s>
+        = W
+    where
+        Self: 's;
+
+    /// OIHW kernels hold each output channel's depth contiguously: in
+    /// place where b is i8 (no flip) and the depth is in whole quads.
+    fn direct_rows(&self, i0: usize) -> Option<[W; MR]> {
+        let k = self.s.k();
+        let whole = self.dom.b_flip == 0 && k.is_multiple_of(4) && i0 + MR <= self.rows();
+        whole.then(|| core::array::from_fn(|r| self.w.sub((self.c0 + i0 + r) * k, k)))
+    }
 }
 
 impl QConv {
@@ -646,6 +659,26 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
             sums[r] = pack_row(self.r, base, stride, k, flip, LANES_A, dst);
         }
         sums
+    }
+
+    type Row<'s>
+        = R
+    where
+        Self: 's;
+
+    /// R's rows in place where its bytes need no flip, its depth is
+    /// contiguous (stride 1) and in whole quads.
+    fn direct_rows(&self, i0: usize) -> Option<[R; MR]> {
+        let (_, flip) = self.flips();
+        let k = self.plan.k;
+        let contiguous = self.plan.k_strides[Self::R] == 1 || k == 1;
+        if flip != 0 || !k.is_multiple_of(4) || !contiguous || i0 + MR > self.rows() {
+            return None;
+        }
+        Some(core::array::from_fn(|r| {
+            let base = self.r_base + self.plan.rows.offset(Self::R, i0 + r);
+            self.r.sub(base, k)
+        }))
     }
 }
 
