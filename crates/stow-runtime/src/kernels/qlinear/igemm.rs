@@ -190,13 +190,9 @@ struct Direct<L>([L; MR]);
 impl<L: Load<u8>> RowQuads for Direct<L> {
     #[inline(always)]
     fn quad(&self, q: usize, r: usize) -> u32 {
-        let (row, i) = (self.0[r], 4 * q);
-        u32::from_le_bytes([
-            row.load(i),
-            row.load(i + 1),
-            row.load(i + 2),
-            row.load(i + 3),
-        ])
+        // One bounds check for the four bytes, which then load as one u32.
+        let quad = self.0[r].sub(4 * q, 4);
+        u32::from_le_bytes([quad.load(0), quad.load(1), quad.load(2), quad.load(3)])
     }
 }
 
