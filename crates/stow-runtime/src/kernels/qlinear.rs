@@ -57,6 +57,7 @@ use core::cell::Cell;
 use stow_bundle::{DType, Op};
 
 mod depthwise;
+mod epilogue;
 mod fast;
 pub mod igemm;
 
@@ -101,7 +102,13 @@ impl Along {
 
     #[inline]
     fn at(self, o: usize) -> usize {
-        o / self.div % self.len
+        // One value for all (per-tensor parameters) is common: no
+        // division for it.
+        if self.len == 1 {
+            0
+        } else {
+            o / self.div % self.len
+        }
     }
 }
 
@@ -262,7 +269,7 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, u
         b0: along(B0)?,
         b_scale: along(B_SCALE)?,
     };
-    let packed = fast::Plan::of(&sum);
+    let packed = fast::Plan::of(&sum, &channels);
     let scratch = packed.as_ref().map_or(0, fast::Plan::scratch_floats);
     let kernel = QProduct {
         sum,
@@ -412,25 +419,6 @@ impl<'a> Out<'a> {
         }
     }
 
-    /// Writes `ys` (already within [`Out::range`]) from `o` on.
-    #[inline]
-    fn set_row(&self, o: usize, ys: &[i32]) {
-        match self {
-            Out::U8(c) => c[o..o + ys.len()]
-                .iter()
-                .zip(ys)
-                .for_each(|(c, &y)| c.set(y as u8)),
-            Out::I8(c) => c[o..o + ys.len()]
-                .iter()
-                .zip(ys)
-                .for_each(|(c, &y)| c.set(y as i8)),
-            Out::I32(c) => c[o..o + ys.len()]
-                .iter()
-                .zip(ys)
-                .for_each(|(c, &y)| c.set(y)),
-        }
-    }
-
     /// Writes `y` (already within [`Out::range`]) at `o`.
     #[inline]
     fn set(&self, o: usize, y: i32) {
@@ -511,13 +499,16 @@ impl<'a> Requant<'a> {
             .then(|| self.channel(o))
     }
 
-    /// [`Requant::finish`] of every sum of `sums`, in place: one channel,
-    /// one loop the compiler can vectorise.
+    /// The [`epilogue::Line`] of a row of channel bias `bias` and combined
+    /// scale `scale` whose sums are `raw − m·lane_sum + c`.
     #[inline]
-    fn finish_row(&self, sums: &mut [i32], bias: i32, scale: f32) {
-        let (c0, range) = (self.c0, self.range);
-        for s in sums {
-            *s = requantize(s.wrapping_add(bias), scale, c0, range);
+    fn line(&self, bias: i32, scale: f32, m: i32, c: i32) -> epilogue::Line {
+        epilogue::Line {
+            m,
+            c: c.wrapping_add(bias),
+            scale,
+            zero: self.c0,
+            range: self.range,
         }
     }
 
@@ -643,7 +634,7 @@ impl QConv {
         let isa = igemm::Isa::detect();
         let fast = !reference_only();
         if fast
-            && (self.run_depthwise(x, w, dom, &q, &out, part, parts)
+            && (self.run_depthwise(isa, x, w, dom, &q, &out, part, parts)
                 || self.run_packed(isa, x, w, dom, &q, &out, scratch, part, parts))
             || part != 0
         {

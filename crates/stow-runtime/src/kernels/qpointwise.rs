@@ -24,7 +24,7 @@
 //! | 6 | the output's scale | |
 //! | 7 | the output's zero point (the output's type) | |
 
-use super::float::Float;
+use super::cells::{Load, Src};
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::prepare::want;
 use super::qlinear::IntSrc;
@@ -235,10 +235,11 @@ impl<'a> NarrowOut<'a> {
 }
 
 /// QuantizeLinear of one value: divides (as ONNX does, not by the
-/// reciprocal), rounds half to even, saturates.
+/// reciprocal), rounds half to even (without a libm call,
+/// [`super::quant::round_even`]), saturates.
 #[inline]
 fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
-    (Float::round_ties_even(v / scale) + zero).clamp(lo, hi)
+    (super::quant::round_even(v / scale) + zero).clamp(lo, hi)
 }
 
 /// One per-tensor (scale, zero point) pair.
@@ -261,21 +262,89 @@ impl QBinary {
             (pair(v, ins, 1)?, pair(v, ins, 4)?, pair(v, ins, 6)?);
         let y = NarrowOut::of(v, out)?;
         let bounds = y.range();
+        let one = |xa: f32, xb: f32| {
+            let x = (xa - a_z) * a_s;
+            let w = (xb - b_z) * b_s;
+            let r = match self.combine {
+                Combine::Add => x + w,
+                Combine::Mul => x * w,
+            };
+            quantize(r, c_s, c_z, bounds)
+        };
+        // u8 and i8 operands (all that QDQ models give) run with their
+        // types known, so that contiguous rows vectorise; the same
+        // operations on the same values as the general loop below.
+        macro_rules! typed {
+            ($s:expr, |$x:ident| $body:expr) => {
+                match $s {
+                    NarrowSrc::U8(s) => crate::with_load!(s, |$x| $body),
+                    NarrowSrc::I8(s) => crate::with_load!(s, |$x| $body),
+                }
+            };
+        }
+        if let (Some(a), Some(b)) = (NarrowSrc::of(a), NarrowSrc::of(b)) {
+            typed!(a, |a| typed!(b, |b| match &y {
+                NarrowOut::U8(c) => typed_rows(&self.walk, a, b, c, |v| v as u8, &one),
+                NarrowOut::I8(c) => typed_rows(&self.walk, a, b, c, |v| v as i8, &one),
+            }));
+            return Ok(());
+        }
         let (len, [so, sa, sb]) = self.walk.inner();
-        let combine = self.combine;
         self.walk.rows([0; 3], |[o, ia, ib]| {
             for k in 0..len {
-                let x = (a.at(ia + k * sa) as f32 - a_z) * a_s;
-                let w = (b.at(ib + k * sb) as f32 - b_z) * b_s;
-                let r = match combine {
-                    Combine::Add => x + w,
-                    Combine::Mul => x * w,
-                };
-                y.set(o + k * so, quantize(r, c_s, c_z, bounds));
+                let (xa, xb) = (a.at(ia + k * sa) as f32, b.at(ib + k * sb) as f32);
+                y.set(o + k * so, one(xa, xb));
             }
         });
         Ok(())
     }
+}
+
+/// A u8 or i8 operand of [`QBinary::run`].
+enum NarrowSrc<'a> {
+    U8(Src<'a, u8>),
+    I8(Src<'a, i8>),
+}
+
+impl<'a> NarrowSrc<'a> {
+    fn of(s: IntSrc<'a>) -> Option<Self> {
+        match s {
+            IntSrc::U8(s) => Some(NarrowSrc::U8(s)),
+            IntSrc::I8(s) => Some(NarrowSrc::I8(s)),
+            IntSrc::I32(_) => None,
+        }
+    }
+}
+
+/// [`QBinary::run`]'s loop over typed operands: `one` of each pair of
+/// values, written through `cast` (of a value already in range).
+#[inline(always)]
+fn typed_rows<XA, XB, Y>(
+    walk: &Walk<3>,
+    a: impl Load<XA>,
+    b: impl Load<XB>,
+    y: &[Cell<Y>],
+    cast: impl Fn(f32) -> Y,
+    one: &impl Fn(f32, f32) -> f32,
+) where
+    XA: Copy + Into<f32>,
+    XB: Copy + Into<f32>,
+    Y: Copy,
+{
+    let (len, [so, sa, sb]) = walk.inner();
+    walk.rows([0; 3], |[o, ia, ib]| {
+        if so == 1 && sa == 1 && sb == 1 {
+            let (a, b, y) = (a.sub(ia, len), b.sub(ib, len), &y[o..o + len]);
+            for (k, c) in y.iter().enumerate() {
+                c.set(cast(one(a.load(k).into(), b.load(k).into())));
+            }
+        } else {
+            for k in 0..len {
+                let (xa, xb) = (a.load(ia + k * sa).into(), b.load(ib + k * sb).into());
+                y[o + k * so].set(cast(one(xa, xb)));
+            }
+        }
+    });
 }
 
 /// The quantized mean of a plane whose `x − zero` sum to `sum`.

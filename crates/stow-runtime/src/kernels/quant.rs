@@ -30,7 +30,27 @@ fn range_u8(src: Src<'_, f32>) -> (f32, u8) {
 /// values to different integers, and ONNX divides.
 #[inline(always)]
 fn quantize_u8(x: f32, scale: f32, zero: u8) -> u8 {
-    (Float::round_ties_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
+    (round_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
+}
+
+/// `round_ties_even(x)` up to the sign of a zero, without a call to
+/// libm's `rintf` (the baseline x86-64 target has no SSE4.1 `roundss`),
+/// and without a branch to one, which the compiler may speculate for
+/// every lane of a vectorised loop: below 2²³ in magnitude, adding and
+/// subtracting 1.5·2⁵² in f64 rounds to the nearest integer, ties to
+/// even, as IEEE arithmetic rounds the sum, and the integer (at most 2²³)
+/// is exact in f32; from 2²³ on every f32 is an integer already, and
+/// infinities and NaN are their own rounding. A zero may come out +0
+/// where `rintf` gives −0: every caller adds a zero point or converts to
+/// an integer next, which treats both alike.
+#[inline(always)]
+pub(super) fn round_even(x: f32) -> f32 {
+    const SHIFT: f64 = 6_755_399_441_055_744.0; // 1.5·2⁵²
+    if x.abs() < 8_388_608.0 {
+        ((f64::from(x) + SHIFT) - SHIFT) as f32
+    } else {
+        x
+    }
 }
 
 /// ONNX DynamicQuantizeLinear: outputs the quantized tensor, its scale and
@@ -98,7 +118,7 @@ quantized!(u8, i8, u16, i16, i32);
 /// `quantize_u8`).
 #[inline(always)]
 fn quantize_one<T: Quantized>(x: f32, scale: f32, zero: T) -> T {
-    T::from_integral((Float::round_ties_even(x / scale) + zero.to_f32()).clamp(T::LO, T::HI))
+    T::from_integral((round_even(x / scale) + zero.to_f32()).clamp(T::LO, T::HI))
 }
 
 fn quantize_typed<T: Quantized>(
@@ -276,6 +296,58 @@ mod tests {
             assert_eq!(z, zero);
             let got: Vec<u8> = x.iter().map(|&e| quantize_u8(e, s, z)).collect();
             assert_eq!(got, want);
+        }
+    }
+
+    /// The rounding without libm gives `rintf`'s integer for halves and
+    /// near-halves of every size, around 2²³ where the shortcut stops and
+    /// 2²² and 2²⁴, random bit patterns, ±0, infinities and NaN; and the
+    /// quantizers built on it give the bytes of the `rintf` formula.
+    #[test]
+    fn rounding_without_libm_matches_rintf() {
+        let mut values = alloc::vec![0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+        for i in -3000..3000 {
+            let h = i as f32 / 2.0;
+            values.extend([h, h.next_up(), h.next_down()]);
+        }
+        for e in [4_194_304.0f32, 8_388_608.0, 16_777_216.0] {
+            let mut x = e;
+            for _ in 0..20 {
+                values.extend([x, -x]);
+                x = x.next_down();
+            }
+            let mut x = e;
+            for _ in 0..20 {
+                values.extend([x, -x]);
+                x = x.next_up();
+            }
+        }
+        let mut s = 0x1234_5678_9abc_def0u64;
+        for _ in 0..200_000 {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            values.push(f32::from_bits(
+                (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32,
+            ));
+        }
+        for &x in &values {
+            let (got, want) = (round_even(x), Float::round_ties_even(x));
+            assert!(
+                got == want || got.is_nan() && want.is_nan(),
+                "{x}: {got} != {want}"
+            );
+            for (scale, zero) in [(1.0f32, 0u8), (0.5, 128), (0.017, 255), (3e-3, 7)] {
+                let rint = |x: f32| {
+                    (Float::round_ties_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
+                };
+                assert_eq!(quantize_u8(x, scale, zero), rint(x));
+                let rint_i8 = |x: f32| {
+                    (Float::round_ties_even(x / scale) + f32::from(zero as i8)).clamp(-128.0, 127.0)
+                        as i8
+                };
+                assert_eq!(quantize_one(x, scale, zero as i8), rint_i8(x));
+            }
         }
     }
 

@@ -5,30 +5,70 @@
 //! in the reference loops (it holds a's zero point), and the sums are the
 //! reference's modulo 2³² (wrapping i32, in another order), so the outputs
 //! are the reference's bit for bit. Each input line a tap row reads is
-//! first widened to i32 `x − a0` and split by column phase (column
+//! first widened to i16 `x − a0` and split by column phase (column
 //! `p + sx·j` at `line[p·len + j]` for column stride `sx`), so that every
 //! tap's run is one contiguous slice and the inner loop vectorises; no
-//! packing, no scratch.
+//! packing, no scratch. The last [`RING`] widened lines are kept (where
+//! the stack buffer holds them), so that
+//! the output rows sharing an input line (all of a 3×3 window's but one,
+//! at stride 1) widen it once. The loops are compiled once per
+//! instruction set (AVX-512, AVX2, the baseline) from one generic body:
+//! the baseline has no 32-bit vector multiply.
 
+use super::epilogue::{self, Line};
 use super::fast::Domains;
+use super::igemm::Isa;
 use super::{Out, QConv, Requant};
 use crate::kernels::cells::{Load, Src};
+use core::ops::Range;
 
 /// Widest output row the stack buffer of sums holds.
 const ROW: usize = 1024;
 /// Most taps per window.
 const TAPS: usize = 64;
-/// Widest input line (with its phases) the stack buffer holds.
-const LINE: usize = 2048;
+/// i16 of the stack buffer of widened input lines: one line (with its
+/// phases) at most this wide.
+const LINES: usize = 4096;
+/// Widened input lines kept at most (a 3×3 window's rows).
+const RING: usize = 3;
+
+/// What every plane of one convolution shares.
+struct Geometry {
+    ih: usize,
+    iw: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    sy: usize,
+    sx: usize,
+    dy: usize,
+    py: isize,
+    /// Length of one column phase of a widened line.
+    len: usize,
+    /// Widened lines the buffer keeps (1 to [`RING`]), each `len·sx` long.
+    slots: usize,
+    /// For each tap column: its output columns `lo..hi` (those whose
+    /// input column is inside the image) and where the first one's input
+    /// sits in a widened line; `None` if there are none.
+    cols: [Option<(usize, usize, usize)>; TAPS],
+    groups: usize,
+    /// XOR of a's and b's bytes ([`Domains`]).
+    flips: (u8, u8),
+    /// a's zero point on the u8 side (a byte: `x − a0` fits i16).
+    a0: i16,
+}
 
 impl QConv {
     /// The direct depthwise path; `false` where it declines (a grouped
     /// convolution with more than one channel per group, 3-d, wider rows
-    /// than [`ROW`] or more taps than [`TAPS`]). Thread `part` of `parts`
-    /// takes consecutive (image, channel) planes.
+    /// than [`ROW`], more taps than [`TAPS`], a's zero point not a byte
+    /// on the u8 side). Thread `part` of `parts` takes consecutive
+    /// (image, channel) planes.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run_depthwise(
         &self,
+        isa: Isa,
         x: Src<'_, u8>,
         w: Src<'_, u8>,
         dom: Domains,
@@ -48,77 +88,200 @@ impl QConv {
             return false;
         }
         let len = iw.div_ceil(sx);
-        if len * sx > LINE {
+        if len * sx > LINES {
             return false;
         }
-        let sy = win.strides[1];
-        let (dy, dx) = (win.dilations[1], win.dilations[2]);
-        let (py, px) = (win.pad[1] as isize, win.pad[2] as isize);
-        let (a0, flips) = (dom.a0(q.a0), dom.flips());
+        let Ok(a0) = u8::try_from(dom.a0(q.a0)) else {
+            return false;
+        };
+        let (dx, px) = (win.dilations[2], win.pad[2] as isize);
+        let cols = core::array::from_fn(|tx| {
+            if tx >= kw {
+                return None;
+            }
+            // Columns ox with 0 ≤ ox·sx + off < iw.
+            let off = (tx * dx) as isize - px;
+            let lo = if off < 0 {
+                off.unsigned_abs().div_ceil(sx)
+            } else {
+                0
+            };
+            let last = iw as isize - 1 - off;
+            if last < 0 {
+                return None;
+            }
+            let hi = (last as usize / sx + 1).min(ow);
+            if lo >= hi {
+                return None;
+            }
+            let first = ((lo * sx) as isize + off) as usize;
+            Some((lo, hi, first % sx * len + first / sx))
+        });
+        let g = Geometry {
+            ih,
+            iw,
+            oh,
+            ow,
+            kh,
+            kw,
+            sy: win.strides[1],
+            sx,
+            dy: win.dilations[1],
+            py: win.pad[1] as isize,
+            len,
+            slots: (LINES / (len * sx).max(1)).min(RING),
+            cols,
+            groups: s.groups,
+            flips: dom.flips(),
+            a0: a0.into(),
+        };
         let planes = s.batch * s.groups;
         let per = planes.div_ceil(parts.max(1));
         let mine = (part * per).min(planes)..((part + 1) * per).min(planes);
-        let mut sums = [0i32; ROW];
-        let mut line = [0i32; LINE];
         crate::with_load!(x, |x| crate::with_load!(w, |w| {
-            for plane in mine {
-                let channel = plane % s.groups;
-                let (xb, ob) = (plane * ih * iw, plane * oh * ow);
-                let (bias, scale, b0) = q.channel(ob);
-                let b0 = dom.b0(b0);
-                let taps: [i32; TAPS] = core::array::from_fn(|t| {
-                    if t < kh * kw {
-                        let v = w.load(channel * kh * kw + t) ^ flips.1;
-                        i32::from(v as i8).wrapping_sub(b0)
-                    } else {
-                        0
+            let task = Task {
+                g: &g,
+                x,
+                w,
+                dom,
+                q,
+                out,
+                isa,
+            };
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Vnni => {
+                    // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                    // AVX-512 F and BW (`Isa::detect`).
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        x86::planes_avx512(&task, mine)
                     }
-                });
-                for oy in 0..oh {
-                    let row = &mut sums[..ow];
-                    row.fill(0);
-                    for ty in 0..kh {
-                        let iy = (oy * sy + ty * dy) as isize - py;
-                        if iy < 0 || iy as usize >= ih {
-                            continue;
-                        }
-                        let src = x.sub(xb + iy as usize * iw, iw);
-                        for phase in 0..sx {
-                            let to = &mut line[phase * len..(phase + 1) * len];
-                            for (cell, c) in to.iter_mut().zip((phase..iw).step_by(sx)) {
-                                *cell = i32::from(src.load(c) ^ flips.0).wrapping_sub(a0);
-                            }
-                        }
-                        for tx in 0..kw {
-                            let wv = taps[ty * kw + tx];
-                            // Columns ox with 0 ≤ ox·sx + off < iw.
-                            let off = (tx * dx) as isize - px;
-                            let lo = if off < 0 {
-                                (off.unsigned_abs()).div_ceil(sx)
-                            } else {
-                                0
-                            };
-                            let last = iw as isize - 1 - off;
-                            if last < 0 {
-                                continue;
-                            }
-                            let hi = (last as usize / sx + 1).min(ow);
-                            if lo >= hi {
-                                continue;
-                            }
-                            let first = ((lo * sx) as isize + off) as usize;
-                            let at = first % sx * len + first / sx;
-                            let xs = &line[at..at + (hi - lo)];
-                            for (acc, &v) in row[lo..hi].iter_mut().zip(xs) {
-                                *acc = acc.wrapping_add(v.wrapping_mul(wv));
-                            }
-                        }
-                    }
-                    q.finish_row(row, bias, scale);
-                    out.set_row(ob + oy * ow, row);
                 }
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2 => {
+                    // SAFETY: `Isa::Avx2` is only chosen where the CPU has
+                    // AVX2.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        x86::planes_avx2(&task, mine)
+                    }
+                }
+                _ => task.planes(mine),
             }
         }));
+        #[cfg(test)]
+        super::tests::DEPTHWISE_RUNS.with(|c| c.set(c.get() + 1));
         true
+    }
+}
+
+/// One call's operands.
+struct Task<'a, X, W> {
+    g: &'a Geometry,
+    x: X,
+    w: W,
+    dom: Domains,
+    q: &'a Requant<'a>,
+    out: &'a Out<'a>,
+    isa: Isa,
+}
+
+impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
+    /// The planes `mine`; inlined into each instruction set's copy.
+    #[inline(always)]
+    fn planes(&self, mine: Range<usize>) {
+        let g = self.g;
+        let (q, dom, flips) = (self.q, self.dom, g.flips);
+        let (kh, kw, ow) = (g.kh, g.kw, g.ow);
+        let mut sums = [0i32; ROW];
+        let mut ring = [0i16; LINES];
+        let size = g.len * g.sx;
+        for plane in mine {
+            let channel = plane % g.groups;
+            let (xb, ob) = (plane * g.ih * g.iw, plane * g.oh * ow);
+            let (bias, scale, b0) = q.channel(ob);
+            let b0 = dom.b0(b0);
+            let requant: Line = q.line(bias, scale, 0, 0);
+            let taps: [i32; TAPS] = core::array::from_fn(|t| {
+                if t < kh * kw {
+                    let v = self.w.load(channel * kh * kw + t) ^ flips.1;
+                    i32::from(v as i8).wrapping_sub(b0)
+                } else {
+                    0
+                }
+            });
+            // The input line each ring slot holds (none yet).
+            let mut held = [usize::MAX; RING];
+            for oy in 0..g.oh {
+                let row = &mut sums[..ow];
+                row.fill(0);
+                for ty in 0..kh {
+                    let iy = (oy * g.sy + ty * g.dy) as isize - g.py;
+                    if iy < 0 || iy as usize >= g.ih {
+                        continue;
+                    }
+                    let iy = iy as usize;
+                    let slot = iy % g.slots;
+                    let line = &mut ring[slot * size..(slot + 1) * size];
+                    if held[slot] != iy {
+                        self.widen(xb + iy * g.iw, line);
+                        held[slot] = iy;
+                    }
+                    let line = &line[..];
+                    for (tx, cols) in g.cols.iter().enumerate().take(kw) {
+                        let Some((lo, hi, at)) = *cols else {
+                            continue;
+                        };
+                        let wv = taps[ty * kw + tx];
+                        let xs = &line[at..at + (hi - lo)];
+                        for (acc, &v) in row[lo..hi].iter_mut().zip(xs) {
+                            *acc = acc.wrapping_add(i32::from(v).wrapping_mul(wv));
+                        }
+                    }
+                }
+                epilogue::row(self.isa, row, None, &requant, self.out, ob + oy * ow);
+            }
+        }
+    }
+
+    /// Input line `from..from + iw` as `x − a0`, split by column phase.
+    #[inline(always)]
+    fn widen(&self, from: usize, line: &mut [i16]) {
+        let g = self.g;
+        let (flip, a0) = (g.flips.0, g.a0);
+        let src = self.x.sub(from, g.iw);
+        if g.sx == 1 {
+            for (cell, c) in line[..g.iw].iter_mut().zip(0..g.iw) {
+                *cell = i16::from(src.load(c) ^ flip) - a0;
+            }
+            return;
+        }
+        for phase in 0..g.sx {
+            let to = &mut line[phase * g.len..(phase + 1) * g.len];
+            for (cell, c) in to.iter_mut().zip((phase..g.iw).step_by(g.sx)) {
+                *cell = i16::from(src.load(c) ^ flip) - a0;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Task;
+    use crate::kernels::cells::Load;
+    use core::ops::Range;
+
+    /// [`Task::planes`] compiled for AVX-512; the caller guarantees
+    /// AVX-512 F and BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn planes_avx512<X: Load<u8>, W: Load<u8>>(t: &Task<'_, X, W>, mine: Range<usize>) {
+        t.planes(mine);
+    }
+
+    /// [`Task::planes`] compiled for AVX2; the caller guarantees AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn planes_avx2<X: Load<u8>, W: Load<u8>>(t: &Task<'_, X, W>, mine: Range<usize>) {
+        t.planes(mine);
     }
 }

@@ -9,8 +9,9 @@
 //! point as a byte) is not a byte, and where a product's expression is not
 //! one of rows × lanes summed over one axis with b the same for every row.
 
+use super::epilogue::{self, Line};
 use super::igemm::{self, Done, Isa, Operands, MR, NR};
-use super::{Out, QConv, QProduct, Requant};
+use super::{Channels, Out, QConv, QProduct, Requant};
 use crate::kernels::cells::{Load, Src};
 use crate::kernels::contract::Contraction;
 use crate::kernels::linalg::ConvShape;
@@ -69,6 +70,26 @@ fn centred(raw: i32, sum_a: i32, sum_b: i32, k: usize, a0: i32, b0: i32) -> i32 
         .wrapping_sub(a0.wrapping_mul(sum_b))
         .wrapping_add(k.wrapping_mul(a0).wrapping_mul(b0))
 }
+
+/// The constant part of [`centred`] for a row whose sum is `row_sum`:
+/// what [`epilogue::Line`] adds to `raw − m·lane_sum`, `m` being the
+/// rows' side's zero point and `x` the lanes' side's.
+#[inline]
+fn folded(row_sum: i32, k: usize, x: i32, m: i32) -> i32 {
+    let k = k as i32; // modulo 2³²
+    k.wrapping_mul(x)
+        .wrapping_mul(m)
+        .wrapping_sub(x.wrapping_mul(row_sum))
+}
+
+/// A placeholder before the first row's line is known.
+const LINE0: Line = Line {
+    m: 0,
+    c: 0,
+    scale: 0.0,
+    zero: 0,
+    range: (0, 0),
+};
 
 /// Quads of the stack buffer a product packs into when the compiler
 /// planned less scratch than one panel (the arena had no more room at
@@ -331,6 +352,19 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
         }
         sums
     }
+
+    type Row<'s>
+        = W
+    where
+        Self: 's;
+
+    /// OIHW kernels hold each output channel's depth contiguously: in
+    /// place where b is i8 (no flip) and the depth is in whole quads.
+    fn direct_rows(&self, i0: usize) -> Option<[W; MR]> {
+        let k = self.s.k();
+        let whole = self.dom.b_flip == 0 && k.is_multiple_of(4) && i0 + MR <= self.rows();
+        whole.then(|| core::array::from_fn(|r| self.w.sub((self.c0 + i0 + r) * k, k)))
+    }
 }
 
 impl QConv {
@@ -376,18 +410,26 @@ impl QConv {
                         flat,
                     };
                     let first = (image * c_out + ops.c0) * plane_out;
+                    // The rows' lines, looked up once per group of rows
+                    // and block rather than per tile.
+                    let mut lines = (usize::MAX, [LINE0; MR]);
                     igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
                         let rows = MR.min(s.out_per_group - d.i0);
                         let lanes = NR.min(plane_out - d.j0);
-                        for r in 0..rows {
+                        if lines.0 != d.i0 {
+                            for r in 0..rows {
+                                let o = first + (d.i0 + r) * plane_out;
+                                let (bias, scale, b0) = q.channel(o);
+                                let b0 = dom.b0(b0);
+                                let c = folded(d.row_sums[r], s.k(), a0, b0);
+                                lines.1[r] = q.line(bias, scale, b0, c);
+                            }
+                            lines.0 = d.i0;
+                        }
+                        for (r, line) in lines.1.iter().enumerate().take(rows) {
                             let o = first + (d.i0 + r) * plane_out + d.j0;
-                            let (bias, scale, b0) = q.channel(o);
-                            let b0 = dom.b0(b0);
-                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
-                                centred(d.raw[r][l], d.lane_sums[l], d.row_sums[r], s.k(), a0, b0)
-                            });
-                            q.finish_row(&mut ys, bias, scale);
-                            out.set_row(o, &ys[..lanes]);
+                            let sums = Some(&d.lane_sums[..lanes]);
+                            epilogue::row(isa, &d.raw[r][..lanes], sums, line, out, o);
                         }
                     });
                 }
@@ -449,11 +491,15 @@ pub(super) struct Plan {
     k: usize,
     /// Strides of a and b along the summed axis.
     k_strides: [usize; 2],
+    /// Every parameter that varies by channel is the same along a row's
+    /// lanes: a row's channel is looked up once.
+    row_channels: bool,
 }
 
 impl Plan {
-    /// The plan of `c`, if the packed path computes it.
-    pub(super) fn of(c: &Contraction) -> Option<Plan> {
+    /// The plan of `c` with its parameters read along `channels`, if the
+    /// packed path computes it.
+    pub(super) fn of(c: &Contraction, channels: &Channels) -> Option<Plan> {
         let (sa, sb) = (&c.strides[0], &c.strides[1]);
         let kept = c.kept;
         if kept == 0 {
@@ -495,6 +541,13 @@ impl Plan {
             };
             axes.push(c.dims[d], [sa[d], sb[d], out[d]]);
         }
+        // Lanes are the output's trailing axes: a row starts at a
+        // multiple of their count `n` and covers `n` elements, which share
+        // their channel when its period is a multiple of `n`.
+        let n = lanes.len().max(1);
+        let row_channels = [channels.bias, channels.b0, channels.b_scale]
+            .iter()
+            .all(|a| a.len == 1 || a.div % n == 0);
         Some(Plan {
             lanes_are_a,
             lanes,
@@ -502,6 +555,7 @@ impl Plan {
             batches,
             k,
             k_strides,
+            row_channels,
         })
     }
 
@@ -606,6 +660,26 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         }
         sums
     }
+
+    type Row<'s>
+        = R
+    where
+        Self: 's;
+
+    /// R's rows in place where its bytes need no flip, its depth is
+    /// contiguous (stride 1) and in whole quads.
+    fn direct_rows(&self, i0: usize) -> Option<[R; MR]> {
+        let (_, flip) = self.flips();
+        let k = self.plan.k;
+        let contiguous = self.plan.k_strides[Self::R] == 1 || k == 1;
+        if flip != 0 || !k.is_multiple_of(4) || !contiguous || i0 + MR > self.rows() {
+            return None;
+        }
+        Some(core::array::from_fn(|r| {
+            let base = self.r_base + self.plan.rows.offset(Self::R, i0 + r);
+            self.r.sub(base, k)
+        }))
+    }
 }
 
 /// Scratch floats the packed path of a product of depth `k` over `n`
@@ -643,9 +717,30 @@ impl QProduct {
             for batch in 0..plan.batches.len() {
                 let base = |t: usize| plan.batches.offset(t, batch);
                 let out_base = base(2);
+                // With one channel per row, the rows' lines are looked
+                // up once per group of rows and block rather than per tile.
+                let mut lines = (usize::MAX, [(0usize, LINE0); MR]);
                 let emit = |d: Done<'_>| {
                     let rows = MR.min(plan.rows.len() - d.i0);
                     let lanes = NR.min(n - d.j0);
+                    if plan.row_channels {
+                        if lines.0 != d.i0 {
+                            for r in 0..rows {
+                                let o = out_base + plan.rows.offset(2, d.i0 + r);
+                                let (bias, scale, b0) = q.channel(o);
+                                let b0 = dom.b0(b0);
+                                let (x, m) = if plan.lanes_are_a { (a0, b0) } else { (b0, a0) };
+                                let c = folded(d.row_sums[r], plan.k, x, m);
+                                lines.1[r] = (o, q.line(bias, scale, m, c));
+                            }
+                            lines.0 = d.i0;
+                        }
+                        for (r, (o, line)) in lines.1.iter().enumerate().take(rows) {
+                            let sums = Some(&d.lane_sums[..lanes]);
+                            epilogue::row(isa, &d.raw[r][..lanes], sums, line, out, o + d.j0);
+                        }
+                        return;
+                    }
                     for r in 0..rows {
                         let o = out_base + plan.rows.offset(2, d.i0 + r) + d.j0;
                         let sums = |l: usize| {
@@ -655,19 +750,6 @@ impl QProduct {
                                 (d.row_sums[r], d.lane_sums[l])
                             }
                         };
-                        // One channel for the whole row (a convolution's
-                        // output channel) is looked up once, and the row
-                        // requantised in one loop.
-                        if let Some((bias, scale, b0)) = q.row(o, lanes) {
-                            let b0 = dom.b0(b0);
-                            let mut ys: [i32; NR] = core::array::from_fn(|l| {
-                                let (sa, sb) = sums(l);
-                                centred(d.raw[r][l], sa, sb, plan.k, a0, b0)
-                            });
-                            q.finish_row(&mut ys, bias, scale);
-                            out.set_row(o, &ys[..lanes]);
-                            continue;
-                        }
                         let row = q.row(o, lanes);
                         for l in 0..lanes {
                             let (bias, scale, b0) = match row {

@@ -32,10 +32,17 @@
 //!   added; never `vpmaddubsw`, whose i16 sums saturate;
 //! - [`Isa::Portable`]: the same sums in plain Rust.
 //!
+//! Where the rows' operand already holds each row's depth contiguously as
+//! the kernel reads it (no byte to flip, `K` a multiple of four, a whole
+//! group of [`MR`] rows), the kernels read its quads in place
+//! ([`Operands::direct_rows`]) and only its sums are computed: packing it
+//! again for every block of panels cost as much as the products.
+//!
 //! The packing buffers are the step's scratch (planned into the arena by
 //! the compiler, [`scratch_quads`]); a 4-byte quad is stored in a scratch
 //! float's bits.
 
+use crate::kernels::cells::Load;
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -149,6 +156,55 @@ pub trait Operands {
     /// Packs rows `i0..i0 + MR` into `rows` (`⌈K/4⌉·MR` quads) and returns
     /// each row's sum, as [`Operands::pack_lanes`].
     fn pack_rows(&self, i0: usize, rows: &[Cell<u32>]) -> [i32; MR];
+    /// The bytes of one row, as [`Operands::direct_rows`] gives them.
+    type Row<'s>: Load<u8>
+    where
+        Self: 's;
+    /// Rows `i0..i0 + MR` as they are, each exactly `K` bytes that the
+    /// kernel reads unchanged (`K` a multiple of 4), if the operand holds
+    /// them so; `None` to pack them.
+    fn direct_rows(&self, _i0: usize) -> Option<[Self::Row<'_>; MR]> {
+        None
+    }
+}
+
+/// Where a tile reads its rows' quads.
+trait RowQuads {
+    /// Quad `q` of row `r`.
+    fn quad(&self, q: usize, r: usize) -> u32;
+}
+
+/// Rows packed into scratch (module doc).
+struct Packed<'a>(&'a [Cell<u32>]);
+
+impl RowQuads for Packed<'_> {
+    #[inline(always)]
+    fn quad(&self, q: usize, r: usize) -> u32 {
+        self.0[q * MR + r].get()
+    }
+}
+
+/// Rows read in place ([`Operands::direct_rows`]).
+struct Direct<L>([L; MR]);
+
+impl<L: Load<u8>> RowQuads for Direct<L> {
+    #[inline(always)]
+    fn quad(&self, q: usize, r: usize) -> u32 {
+        // One bounds check for the four bytes, which then load as one u32.
+        let quad = self.0[r].sub(4 * q, 4);
+        u32::from_le_bytes([quad.load(0), quad.load(1), quad.load(2), quad.load(3)])
+    }
+}
+
+/// The sum of a row read in place, each byte as the kernel reads it.
+#[inline]
+fn row_sum<L: Load<u8>>(row: L, k: usize, unsigned: bool) -> i32 {
+    let row = row.sub(0, k);
+    if unsigned {
+        (0..k).fold(0i32, |s, i| s.wrapping_add(row.load(i).into()))
+    } else {
+        (0..k).fold(0i32, |s, i| s.wrapping_add((row.load(i) as i8).into()))
+    }
 }
 
 /// What a finished tile hands its caller: its first row and lane, the raw
@@ -195,9 +251,16 @@ pub fn product<O: Operands>(
             *s = ops.pack_lanes((p + b) * NR, panel(b));
         }
         for i0 in (0..ops.rows()).step_by(MR) {
-            let row_sums = ops.pack_rows(i0, row_buf);
+            let direct = ops.direct_rows(i0).map(Direct);
+            let row_sums = match &direct {
+                Some(d) => d.0.map(|r| row_sum(r, k, !O::LANES_UNSIGNED)),
+                None => ops.pack_rows(i0, row_buf),
+            };
             for (b, lane_sums) in sums.iter().enumerate().take(count) {
-                let raw = tile(isa, O::LANES_UNSIGNED, panel(b), row_buf);
+                let raw = match &direct {
+                    Some(d) => tile_of(isa, O::LANES_UNSIGNED, panel(b), d, nq),
+                    None => tile_of(isa, O::LANES_UNSIGNED, panel(b), &Packed(row_buf), nq),
+                };
                 emit(Done {
                     i0,
                     j0: (p + b) * NR,
@@ -216,7 +279,19 @@ pub fn product<O: Operands>(
 /// the other way round.
 pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u32>]) -> Tile {
     let nq = rows.len() / MR;
-    let (panel, rows) = (&panel[..nq * NR], &rows[..nq * MR]);
+    tile_of(isa, lanes_unsigned, panel, &Packed(&rows[..nq * MR]), nq)
+}
+
+/// [`tile`] of depth `nq` quads with the rows read from `rows`.
+#[inline]
+fn tile_of<R: RowQuads>(
+    isa: Isa,
+    lanes_unsigned: bool,
+    panel: &[Cell<u32>],
+    rows: &R,
+    nq: usize,
+) -> Tile {
+    let panel = &panel[..nq * NR];
     match (isa, lanes_unsigned) {
         #[cfg(target_arch = "x86_64")]
         (Isa::Vnni, true) => {
@@ -224,7 +299,7 @@ pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u3
             // AVX-512 F, BW and VNNI (`Isa::detect`).
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_vnni::<true>(panel, rows)
+                x86::tile_vnni::<true, R>(panel, rows)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -232,7 +307,7 @@ pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u3
             // SAFETY: as above.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_vnni::<false>(panel, rows)
+                x86::tile_vnni::<false, R>(panel, rows)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -240,7 +315,7 @@ pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u3
             // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_avx2::<true>(panel, rows)
+                x86::tile_avx2::<true, R>(panel, rows)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -248,11 +323,11 @@ pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u3
             // SAFETY: as above.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_avx2::<false>(panel, rows)
+                x86::tile_avx2::<false, R>(panel, rows)
             }
         }
-        (_, true) => tile_portable::<true>(panel, rows),
-        (_, false) => tile_portable::<false>(panel, rows),
+        (_, true) => tile_portable::<true, R>(panel, rows),
+        (_, false) => tile_portable::<false, R>(panel, rows),
     }
 }
 
@@ -271,12 +346,12 @@ fn dot4<const LANES_UNSIGNED: bool>(x: [u8; 4], w: [u8; 4]) -> i32 {
     s
 }
 
-fn tile_portable<const LANES_UNSIGNED: bool>(panel: &[Cell<u32>], rows: &[Cell<u32>]) -> Tile {
+fn tile_portable<const LANES_UNSIGNED: bool, R: RowQuads>(panel: &[Cell<u32>], rows: &R) -> Tile {
     let mut acc = [[0i32; NR]; MR];
-    for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+    for (q, x) in panel.chunks_exact(NR).enumerate() {
         let x: [[u8; 4]; NR] = core::array::from_fn(|l| x[l].get().to_le_bytes());
-        for (row, w) in acc.iter_mut().zip(w) {
-            let w = w.get().to_le_bytes();
+        for (r, row) in acc.iter_mut().enumerate() {
+            let w = rows.quad(q, r).to_le_bytes();
             for (a, x) in row.iter_mut().zip(x) {
                 *a = a.wrapping_add(dot4::<LANES_UNSIGNED>(x, w));
             }
@@ -287,25 +362,25 @@ fn tile_portable<const LANES_UNSIGNED: bool>(panel: &[Cell<u32>], rows: &[Cell<u
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Tile, MR, NR};
+    use super::{RowQuads, Tile, MR, NR};
     use core::arch::x86_64::*;
     use core::cell::Cell;
 
     /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
-    /// BW and VNNI, and `panel.len() == rows.len() / MR * NR`.
+    /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool>(
+    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool, R: RowQuads>(
         panel: &[Cell<u32>],
-        rows: &[Cell<u32>],
+        rows: &R,
     ) -> Tile {
         let mut acc = [_mm512_setzero_si512(); MR];
-        for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+        for (q, x) in panel.chunks_exact(NR).enumerate() {
             // SAFETY: `x` is NR = 16 quads, the 64 bytes one unaligned
             // load reads; the scratch is only written by this thread.
             #[allow(unsafe_code)]
             let x = unsafe { _mm512_loadu_si512(x.as_ptr().cast()) };
-            for (a, w) in acc.iter_mut().zip(w) {
-                let w = _mm512_set1_epi32(w.get() as i32);
+            for (r, a) in acc.iter_mut().enumerate() {
+                let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
                 // vpdpbusd multiplies its first operand's bytes as u8 and
                 // its second's as i8.
                 *a = if LANES_UNSIGNED {
@@ -330,16 +405,16 @@ mod x86 {
     /// widened to sixteen i16, multiplied by the row's quad widened the
     /// same way with `vpmaddwd` (pairs of products into i32, exact), and
     /// the two i32 of each lane added at the end. The caller guarantees
-    /// AVX2 and `panel.len() == rows.len() / MR * NR`.
+    /// AVX2 and that `rows` holds `panel.len() / NR` quads.
     #[target_feature(enable = "avx2")]
-    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool>(
+    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool, R: RowQuads>(
         panel: &[Cell<u32>],
-        rows: &[Cell<u32>],
+        rows: &R,
     ) -> Tile {
         let mut out = [[0i32; NR]; MR];
         for g in 0..NR / 4 {
             let mut acc = [_mm256_setzero_si256(); MR];
-            for (x, w) in panel.chunks_exact(NR).zip(rows.chunks_exact(MR)) {
+            for (q, x) in panel.chunks_exact(NR).enumerate() {
                 let x = &x[4 * g..4 * g + 4];
                 // SAFETY: `x` is four quads, the 16 bytes one unaligned
                 // load reads; the scratch is only written by this thread.
@@ -350,8 +425,8 @@ mod x86 {
                 } else {
                     _mm256_cvtepi8_epi16(x)
                 };
-                for (a, w) in acc.iter_mut().zip(w) {
-                    let w = _mm_set1_epi32(w.get() as i32);
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let w = _mm_set1_epi32(rows.quad(q, r) as i32);
                     let w = if LANES_UNSIGNED {
                         _mm256_cvtepi8_epi16(w)
                     } else {

@@ -94,6 +94,8 @@ fn bytes(t: &T) -> Vec<u8> {
 std::thread_local! {
     /// Runs of the packed path on this test's thread.
     static PACKED_RUNS: Cell<usize> = const { Cell::new(0) };
+    /// Shares the direct depthwise path ran on this test's thread.
+    pub(super) static DEPTHWISE_RUNS: Cell<usize> = const { Cell::new(0) };
     /// Makes the kernels run their reference loops alone.
     pub(super) static REFERENCE_ONLY: Cell<bool> = const { Cell::new(false) };
 }
@@ -633,6 +635,85 @@ fn the_packed_path_matches_the_reference_on_random_shapes() {
         run("EinSum", attributes, &ins, (out, &out_shape)).unwrap();
     }
     assert_eq!(packed_runs() - before, 160 * 3);
+}
+
+/// Depthwise convolutions whose input lines the direct path keeps three,
+/// two or one at a time (widths up to 2,100), with dilations, uneven
+/// strides and pads, and windows up to 7×7: the reference loops' bytes.
+#[test]
+fn depthwise_rows_match_the_reference_on_wide_and_dilated_windows() {
+    let before = packed_runs();
+    let direct = DEPTHWISE_RUNS.with(Cell::get);
+    let mut rng = Rng(0xd3b7_4a11);
+    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
+    let windows = [(3, 3), (5, 5), (1, 3), (3, 1), (7, 7), (2, 4)];
+    for case in 0..36 {
+        let (x_type, w_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
+        let out = [DType::U8, DType::I8, DType::I32][case % 3];
+        let (kh, kw) = windows[case % windows.len()];
+        let w: usize = [5, 40, 1400, 2100][case / 3 % 4];
+        // Output rows within the direct path's 1,024 columns.
+        let sy = rng.int(1, 3) as usize;
+        let sx = if w > 1000 {
+            w.div_ceil(1000)
+        } else {
+            rng.int(1, 3) as usize
+        };
+        let (dy, dx) = (rng.int(1, 2) as usize, rng.int(1, 2) as usize);
+        let (pt, pl, pb, pr) = (
+            rng.int(0, 3) as usize,
+            rng.int(0, 3) as usize,
+            rng.int(0, 3) as usize,
+            rng.int(0, 3) as usize,
+        );
+        let groups = rng.int(1, 3) as usize;
+        let reach = ((kh - 1) * dy + 1) as i64;
+        let h = rng.int(reach, reach + 5) as usize;
+        let w = w.max((kw - 1) * dx + 1);
+        let oh = (h + pt + pb - (kh - 1) * dy - 1) / sy + 1;
+        let ow = (w + pl + pr - (kw - 1) * dx - 1) / sx + 1;
+        let mut p = Params::random(&mut rng, x_type, w_type, out, groups);
+        p.a0 = rng.narrow(x_type, 1)[0];
+        let mut ins = vec![
+            ints(
+                x_type,
+                &[1, groups, h, w],
+                rng.narrow(x_type, groups * h * w),
+            ),
+            ints(
+                w_type,
+                &[groups, 1, kh, kw],
+                rng.narrow(w_type, groups * kh * kw),
+            ),
+        ];
+        ins.extend(
+            p.tensors(x_type, w_type, out, "")
+                .into_iter()
+                .map(|(mut t, _)| {
+                    if matches!(t.dtype, DType::U8 | DType::I8) {
+                        t.dtype = DType::I32;
+                    }
+                    t
+                }),
+        );
+        let attributes = vec![
+            ("data_format", text("NCHW")),
+            ("kernel_shape", ints_attr(&[kh, kw])),
+            ("strides", ints_attr(&[sy, sx])),
+            ("dilations", ints_attr(&[dy, dx])),
+            ("padding", text("explicit")),
+            ("pads_before", ints_attr(&[pt, pl])),
+            ("pads_after", ints_attr(&[pb, pr])),
+            ("group", AttrValue::Int(groups as i64)),
+            ("kernel_format", text("OIHW")),
+            ("q_params", text(q_name(out))),
+        ];
+        run("Conv", attributes, &ins, (out, &[1, groups, oh, ow])).unwrap();
+    }
+    assert_eq!(packed_runs() - before, 36 * 3);
+    // Every share of every run went the direct way: 1 + 2 + 3 shares
+    // through the scratch, 2 through the stack.
+    assert_eq!(DEPTHWISE_RUNS.with(Cell::get) - direct, 36 * 8);
 }
 
 #[test]

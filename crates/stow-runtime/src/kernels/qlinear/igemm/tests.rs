@@ -32,13 +32,16 @@ impl Rng {
     }
 }
 
-/// A product held as plain matrices: `lanes[j·k + p]`, `rows[i·k + p]`.
+/// A product held as plain matrices: `lanes[j·k + p]`, `rows[i·k + p]`;
+/// with `direct`, whole groups of rows are read in place where the depth
+/// allows.
 struct Mats<const U: bool> {
     m: usize,
     n: usize,
     k: usize,
     lanes: Vec<u8>,
     rows: Vec<u8>,
+    direct: bool,
 }
 
 /// The value a byte stands for on the u8 or the i8 side.
@@ -101,6 +104,12 @@ impl<const U: bool> Operands for Mats<U> {
         }
         sums
     }
+    type Row<'s> = &'s [u8];
+    fn direct_rows(&self, i0: usize) -> Option<[&[u8]; MR]> {
+        let k = self.k;
+        let whole = self.direct && k.is_multiple_of(4) && i0 + MR <= self.m;
+        whole.then(|| core::array::from_fn(|r| &self.rows[(i0 + r) * k..][..k]))
+    }
 }
 
 /// Runs `ops` on `isa` with `nb` panels per block over all panels and
@@ -152,6 +161,7 @@ fn random<const U: bool>(rng: &mut Rng, m: usize, n: usize, k: usize) -> Mats<U>
         k,
         lanes: (0..n * k).map(|_| rng.byte()).collect(),
         rows: (0..m * k).map(|_| rng.byte()).collect(),
+        direct: false,
     }
 }
 
@@ -164,13 +174,18 @@ fn every_instruction_set_gives_the_plain_sums() {
     for _ in 0..40 {
         sizes.push((1 + rng.below(13), 1 + rng.below(90), 1 + rng.below(300)));
     }
+    sizes.extend([(4, 16, 8), (8, 33, 12), (13, 70, 132), (7, 5, 4)]);
     for &(m, n, k) in &sizes {
-        let unsigned_lanes = random::<true>(&mut rng, m, n, k);
-        let signed_lanes = random::<false>(&mut rng, m, n, k);
-        for isa in Isa::all_available() {
-            for nb in 1..=NB {
-                check(&unsigned_lanes, isa, nb);
-                check(&signed_lanes, isa, nb);
+        let mut unsigned_lanes = random::<true>(&mut rng, m, n, k);
+        let mut signed_lanes = random::<false>(&mut rng, m, n, k);
+        for direct in [false, true] {
+            unsigned_lanes.direct = direct;
+            signed_lanes.direct = direct;
+            for isa in Isa::all_available() {
+                for nb in 1..=NB {
+                    check(&unsigned_lanes, isa, nb);
+                    check(&signed_lanes, isa, nb);
+                }
             }
         }
     }
@@ -183,22 +198,27 @@ fn extreme_values_wrap_alike() {
     let k = 70_000;
     for (lane, row) in [(255u8, 0x80u8), (255, 0x7f), (0x80, 255), (0x7f, 255)] {
         for isa in Isa::all_available() {
-            let ops = Mats::<true> {
-                m: 2,
-                n: 3,
-                k,
-                lanes: alloc::vec![lane; 3 * k],
-                rows: alloc::vec![row; 2 * k],
-            };
-            check(&ops, isa, 1);
-            let ops = Mats::<false> {
-                m: 2,
-                n: 3,
-                k,
-                lanes: alloc::vec![lane; 3 * k],
-                rows: alloc::vec![row; 2 * k],
-            };
-            check(&ops, isa, 1);
+            // Two rows packed; four, a whole group, read in place.
+            for (m, direct) in [(2, false), (4, true)] {
+                let ops = Mats::<true> {
+                    m,
+                    n: 3,
+                    k,
+                    lanes: alloc::vec![lane; 3 * k],
+                    rows: alloc::vec![row; m * k],
+                    direct,
+                };
+                check(&ops, isa, 1);
+                let ops = Mats::<false> {
+                    m,
+                    n: 3,
+                    k,
+                    lanes: alloc::vec![lane; 3 * k],
+                    rows: alloc::vec![row; m * k],
+                    direct,
+                };
+                check(&ops, isa, 1);
+            }
         }
     }
 }

@@ -1,0 +1,432 @@
+//! The last stage of the quantized products and convolutions: a row of
+//! i32 sums (a tile's row, a depthwise output row) becomes output bytes,
+//!
+//! ```text
+//! acc_l = raw_l − m·lane_sum_l + c          (i32, wrapping)
+//! y_l   = requantize(acc_l, scale, zero, range)
+//! ```
+//!
+//! `m·lane_sum_l` and `c` fold the zero points and the bias back in
+//! ([`super::fast`]); a depthwise row has no lane sums (`m` = 0). Each
+//! instruction set computes exactly [`super::requantize`]: the sums as
+//! i32 modulo 2³², then `f64(acc)·f64(scale) + f64(zero)` as two rounded
+//! f64 operations (never fused), clamped to the output's range in f64,
+//! then rounded half to even to an integer. The scalar reference's
+//! `(y + 1.5·2⁵²) − 1.5·2⁵²` and the vector `vcvtpd2dq` / `vroundpd` with
+//! round-to-nearest-even both give the integer nearest to a clamped `y`
+//! (|y| ≤ 2³¹), ties to even, so the bytes are the same. A scale that is
+//! not finite (NaN, or ∞ where `0·∞` is NaN) takes the scalar loop, whose
+//! NaN handling (0) the vector conversions do not share.
+//!
+//! - AVX-512 (with [`Isa::Vnni`]): sixteen lanes per step, as two halves
+//!   of eight f64; the bytes stored with `vpmovdb` under a lane mask;
+//! - AVX2: four f64 lanes per conversion, sixteen lanes per step, packed
+//!   with the saturating packs (exact: the values are already in range);
+//! - portable: the scalar loop.
+
+use super::igemm::Isa;
+use super::{requantize, Out};
+
+/// What is common to a row: the multiplier of the lane sums, the constant
+/// added, the combined scale, the output's zero point and range.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Line {
+    pub m: i32,
+    pub c: i32,
+    pub scale: f32,
+    pub zero: i32,
+    pub range: (i32, i32),
+}
+
+impl Line {
+    /// Output `l` of a row, the reference's way.
+    #[inline]
+    fn scalar(&self, raw: i32, lane_sum: i32) -> i32 {
+        let acc = raw
+            .wrapping_sub(self.m.wrapping_mul(lane_sum))
+            .wrapping_add(self.c);
+        requantize(acc, self.scale, self.zero, self.range)
+    }
+}
+
+/// Writes the outputs of `raw` (with `lane_sums` of the same length, or
+/// none: all zero) to `out` from element `o` on. `out` must hold
+/// `o + raw.len()` elements.
+#[inline]
+pub(super) fn row(
+    isa: Isa,
+    raw: &[i32],
+    lane_sums: Option<&[i32]>,
+    line: &Line,
+    out: &Out<'_>,
+    o: usize,
+) {
+    let n = raw.len();
+    if let Some(s) = lane_sums {
+        debug_assert_eq!(s.len(), n);
+    }
+    let sums = lane_sums.map(|s| &s[..n]);
+    match out {
+        Out::U8(c) => emit(isa, raw, sums, line, Dst::U8(&c[o..o + n])),
+        Out::I8(c) => emit(isa, raw, sums, line, Dst::I8(&c[o..o + n])),
+        Out::I32(c) => emit(isa, raw, sums, line, Dst::I32(&c[o..o + n])),
+    }
+}
+
+/// The output row, exactly as long as the sums.
+#[derive(Clone, Copy)]
+enum Dst<'a> {
+    U8(&'a [core::cell::Cell<u8>]),
+    I8(&'a [core::cell::Cell<i8>]),
+    I32(&'a [core::cell::Cell<i32>]),
+}
+
+impl Dst<'_> {
+    #[inline]
+    fn set(self, l: usize, y: i32) {
+        match self {
+            Dst::U8(c) => c[l].set(y as u8),
+            Dst::I8(c) => c[l].set(y as i8),
+            Dst::I32(c) => c[l].set(y),
+        }
+    }
+}
+
+#[inline]
+fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
+    if line.scale.is_finite() {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => {
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F and BW (`Isa::detect`); the lengths of `raw`,
+                // `sums` and `dst` are equal (`row`).
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::row_avx512(raw, sums, line, dst)
+                };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                // SAFETY: `Isa::Avx2` is only chosen where the CPU has
+                // AVX2; lengths as above.
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::row_avx2(raw, sums, line, dst)
+                };
+                return;
+            }
+            _ => {}
+        }
+    }
+    for (l, &r) in raw.iter().enumerate() {
+        let s = sums.map_or(0, |s| s[l]);
+        dst.set(l, line.scalar(r, s));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Dst, Line};
+    use core::arch::x86_64::*;
+
+    /// Lanes per step.
+    const W: usize = 16;
+
+    /// [`super::emit`] with AVX-512 F/BW; `line.scale` finite, `sums`
+    /// and `dst` as long as `raw`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn row_avx512(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
+        let n = raw.len();
+        let m = _mm512_set1_epi32(line.m);
+        let c = _mm512_set1_epi32(line.c);
+        let scale = _mm512_set1_pd(f64::from(line.scale));
+        let zero = _mm512_set1_pd(f64::from(line.zero));
+        let lo = _mm512_set1_pd(f64::from(line.range.0));
+        let hi = _mm512_set1_pd(f64::from(line.range.1));
+        let half = |v: __m256i| {
+            let y = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(v), scale), zero);
+            let y = _mm512_min_pd(_mm512_max_pd(y, lo), hi);
+            _mm512_cvt_roundpd_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y)
+        };
+        let mut l = 0;
+        while l < n {
+            let lanes = W.min(n - l);
+            let mask: __mmask16 = if lanes == W { !0 } else { (1u16 << lanes) - 1 };
+            // SAFETY (all three blocks): lanes `l..l + lanes` are inside
+            // `raw`, `sums` and `dst` (equal lengths), and the masked
+            // loads and stores touch no other lane; `dst`'s cells are
+            // only accessed by this thread while the row is written.
+            #[allow(unsafe_code)]
+            let mut acc = unsafe { _mm512_maskz_loadu_epi32(mask, raw.as_ptr().add(l).cast()) };
+            if let Some(s) = sums {
+                #[allow(unsafe_code)]
+                let s = unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().add(l).cast()) };
+                acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(m, s));
+            }
+            acc = _mm512_add_epi32(acc, c);
+            let y = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(half(_mm512_castsi512_si256(acc))),
+                half(_mm512_extracti64x4_epi64::<1>(acc)),
+            );
+            #[allow(unsafe_code)]
+            unsafe {
+                match dst {
+                    Dst::U8(d) => {
+                        _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
+                    }
+                    Dst::I8(d) => {
+                        _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
+                    }
+                    Dst::I32(d) => _mm512_mask_storeu_epi32(d.as_ptr().add(l) as *mut i32, mask, y),
+                }
+            }
+            l += lanes;
+        }
+    }
+
+    /// [`super::emit`] with AVX2; as [`row_avx512`]. The tail short of
+    /// sixteen lanes goes through a stack row.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn row_avx2(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
+        let n = raw.len();
+        let m = _mm256_set1_epi32(line.m);
+        let c = _mm256_set1_epi32(line.c);
+        let scale = _mm256_set1_pd(f64::from(line.scale));
+        let zero = _mm256_set1_pd(f64::from(line.zero));
+        let lo = _mm256_set1_pd(f64::from(line.range.0));
+        let hi = _mm256_set1_pd(f64::from(line.range.1));
+        let quarter = |v: __m128i| {
+            let y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(v), scale), zero);
+            let y = _mm256_min_pd(_mm256_max_pd(y, lo), hi);
+            // An integer after the rounding: the truncating conversion
+            // is exact.
+            let y = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+            _mm256_cvttpd_epi32(y)
+        };
+        let mut l = 0;
+        while l < n {
+            let lanes = W.min(n - l);
+            let mut r = [0i32; W];
+            let mut s = [0i32; W];
+            r[..lanes].copy_from_slice(&raw[l..l + lanes]);
+            if let Some(sums) = sums {
+                s[..lanes].copy_from_slice(&sums[l..l + lanes]);
+            }
+            let mut q = [_mm_setzero_si128(); 4];
+            for h in 0..2 {
+                // SAFETY: `r` and `s` hold 16 i32; 8 from 8·h are read.
+                #[allow(unsafe_code)]
+                let (rv, sv) = unsafe {
+                    (
+                        _mm256_loadu_si256(r.as_ptr().add(8 * h).cast()),
+                        _mm256_loadu_si256(s.as_ptr().add(8 * h).cast()),
+                    )
+                };
+                let acc = _mm256_add_epi32(_mm256_sub_epi32(rv, _mm256_mullo_epi32(m, sv)), c);
+                q[2 * h] = quarter(_mm256_castsi256_si128(acc));
+                q[2 * h + 1] = quarter(_mm256_extracti128_si256::<1>(acc));
+            }
+            match dst {
+                Dst::U8(_) | Dst::I8(_) => {
+                    // Values within u8 or i8: the saturating packs keep them.
+                    let w0 = _mm_packs_epi32(q[0], q[1]);
+                    let w1 = _mm_packs_epi32(q[2], q[3]);
+                    let b = if matches!(dst, Dst::U8(_)) {
+                        _mm_packus_epi16(w0, w1)
+                    } else {
+                        _mm_packs_epi16(w0, w1)
+                    };
+                    let mut bytes = [0u8; W];
+                    // SAFETY: `bytes` is 16 bytes, one unaligned store.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        _mm_storeu_si128(bytes.as_mut_ptr().cast(), b)
+                    };
+                    match dst {
+                        Dst::U8(d) => d[l..l + lanes]
+                            .iter()
+                            .zip(&bytes)
+                            .for_each(|(d, &b)| d.set(b)),
+                        Dst::I8(d) => d[l..l + lanes]
+                            .iter()
+                            .zip(&bytes)
+                            .for_each(|(d, &b)| d.set(b as i8)),
+                        Dst::I32(_) => {}
+                    }
+                }
+                Dst::I32(d) => {
+                    let mut ys = [0i32; W];
+                    for (t, v) in q.iter().enumerate() {
+                        // SAFETY: `ys` holds 16 i32; 4 from 4·t are written.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            _mm_storeu_si128(ys.as_mut_ptr().add(4 * t).cast(), *v)
+                        };
+                    }
+                    d[l..l + lanes].iter().zip(&ys).for_each(|(d, &y)| d.set(y));
+                }
+            }
+            l += lanes;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::Cell;
+
+    /// xorshift64*.
+    fn next(s: &mut u64) -> u64 {
+        *s ^= *s >> 12;
+        *s ^= *s << 25;
+        *s ^= *s >> 27;
+        s.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Every instruction set writes the scalar reference's outputs: sums
+    /// at the ends of i32 and wrapping, ties (scales of ½ and ¼ on odd
+    /// sums), results past every range, scales tiny, huge, negative,
+    /// zero, NaN and infinite, every length from 0 to 40.
+    #[test]
+    fn every_isa_requantises_as_the_reference() {
+        let mut s = 0x5eed_1234_u64;
+        let scales = [
+            0.5f32,
+            0.25,
+            1.0,
+            -0.5,
+            1e-3,
+            3.1e-5,
+            7.0e-10,
+            1e-45,
+            1e30,
+            -1e30,
+            0.0,
+            -0.0,
+            f32::MAX,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.012_345_67,
+        ];
+        let ranges = [(0, 255), (-128, 127), (i32::MIN, i32::MAX)];
+        let mut checked = 0;
+        for case in 0..4000 {
+            let n = case % 41;
+            let scale = if case % 3 == 0 {
+                f32::from_bits(next(&mut s) as u32 & 0x3fff_ffff)
+            } else {
+                scales[case % scales.len()]
+            };
+            let range = ranges[case / 7 % 3];
+            let zero = match case % 5 {
+                0 => range.0,
+                1 => range.1,
+                2 => 0,
+                _ => (next(&mut s) as i32) % 300,
+            };
+            let pick = |s: &mut u64| -> i32 {
+                match next(s) % 6 {
+                    0 => i32::MIN,
+                    1 => i32::MAX,
+                    2 => (next(s) % 2001) as i32 - 1000,
+                    3 => 2 * ((next(s) % 200) as i32) + 1,
+                    _ => next(s) as i32,
+                }
+            };
+            let raw: Vec<i32> = (0..n).map(|_| pick(&mut s)).collect();
+            let sums: Vec<i32> = (0..n).map(|_| pick(&mut s)).collect();
+            let line = Line {
+                m: if case % 2 == 0 { 0 } else { pick(&mut s) },
+                c: pick(&mut s),
+                scale,
+                zero,
+                range,
+            };
+            let with_sums = case % 4 != 0;
+            let want: Vec<i32> = (0..n)
+                .map(|l| line.scalar(raw[l], if with_sums { sums[l] } else { 0 }))
+                .collect();
+            for isa in Isa::all_available() {
+                let cells: Vec<Cell<i32>> = (0..n + 3).map(|_| Cell::new(0x5a5a_5a5a)).collect();
+                let bytes: Vec<Cell<u8>> = (0..n + 3).map(|_| Cell::new(0xa5)).collect();
+                let sbytes: Vec<Cell<i8>> = (0..n + 3).map(|_| Cell::new(-91)).collect();
+                let sums = with_sums.then_some(&sums[..]);
+                let got: Vec<i32> = match range {
+                    (0, 255) => {
+                        row(isa, &raw, sums, &line, &Out::U8(&bytes), 2);
+                        assert_eq!(bytes[0].get(), 0xa5);
+                        assert_eq!(bytes[n + 2].get(), 0xa5);
+                        bytes[2..n + 2].iter().map(|c| c.get().into()).collect()
+                    }
+                    (-128, 127) => {
+                        row(isa, &raw, sums, &line, &Out::I8(&sbytes), 2);
+                        assert_eq!(sbytes[1].get(), -91);
+                        assert_eq!(sbytes[n + 2].get(), -91);
+                        sbytes[2..n + 2].iter().map(|c| c.get().into()).collect()
+                    }
+                    _ => {
+                        row(isa, &raw, sums, &line, &Out::I32(&cells), 2);
+                        assert_eq!(cells[1].get(), 0x5a5a_5a5a);
+                        assert_eq!(cells[n + 2].get(), 0x5a5a_5a5a);
+                        cells[2..n + 2].iter().map(Cell::get).collect()
+                    }
+                };
+                assert_eq!(got, want, "{isa:?} case {case} {line:?}");
+                checked += n;
+            }
+        }
+        assert!(checked > 50_000);
+    }
+
+    /// Ties of every kind near zero and near the ends of the ranges, for
+    /// every sum the scale ½ makes a tie of.
+    #[test]
+    fn ties_round_to_even_on_every_isa() {
+        for range in [(0, 255), (-128, 127), (i32::MIN, i32::MAX)] {
+            for zero in [range.0, 0, range.1] {
+                let raw: Vec<i32> = (-700..700).collect();
+                let line = Line {
+                    m: 0,
+                    c: 0,
+                    scale: 0.5,
+                    zero,
+                    range,
+                };
+                let want: Vec<i32> = raw.iter().map(|&r| line.scalar(r, 0)).collect();
+                for isa in Isa::all_available() {
+                    let cells: Vec<Cell<i32>> = raw.iter().map(|_| Cell::new(0)).collect();
+                    let bytes: Vec<Cell<u8>> = raw.iter().map(|_| Cell::new(0)).collect();
+                    let sbytes: Vec<Cell<i8>> = raw.iter().map(|_| Cell::new(0)).collect();
+                    let got: Vec<i32> = match range.1 {
+                        255 => {
+                            row(isa, &raw, None, &line, &Out::U8(&bytes), 0);
+                            bytes.iter().map(|c| c.get().into()).collect()
+                        }
+                        127 => {
+                            row(isa, &raw, None, &line, &Out::I8(&sbytes), 0);
+                            sbytes.iter().map(|c| c.get().into()).collect()
+                        }
+                        _ => {
+                            row(isa, &raw, None, &line, &Out::I32(&cells), 0);
+                            cells.iter().map(Cell::get).collect()
+                        }
+                    };
+                    assert_eq!(got, want, "{isa:?} {range:?} zero {zero}");
+                }
+            }
+        }
+        // The scalar loop is itself round-half-even: 5/2 → 2, 7/2 → 4.
+        let line = Line {
+            m: 0,
+            c: 0,
+            scale: 0.5,
+            zero: 0,
+            range: (0, 255),
+        };
+        assert_eq!((line.scalar(5, 0), line.scalar(7, 0)), (2, 4));
+    }
+}
