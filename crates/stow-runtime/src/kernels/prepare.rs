@@ -1399,11 +1399,19 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     let dims: Vec<usize> = batch.iter().map(|c| size[c]).collect();
     let per = |i: usize| batch.iter().map(|&c| stride(i, c)).collect::<Vec<_>>();
     // Output columns contiguous: tiles are written and the image's
-    // panels read as whole rows. A weight packed in a bundle is always
-    // the right operand (docs/FORMAT.md), so a product with one is never
-    // swapped, and the compiler packs no product that would be.
+    // panels read as whole rows. The swapped product's left operand is
+    // packed again for every block of NC columns, so only a weight that
+    // is small next to the image is worth it (at most half the image's
+    // floats in all). A weight packed in a bundle is always the right
+    // operand (docs/FORMAT.md), so a product with one is never swapped,
+    // and the compiler packs no product that would be.
     let packed_kc = packed_depth(op)?;
-    let swapped = packed_kc.is_none() && mm > 1 && nn > 1 && cm == 1 && cn != 1;
+    let swapped = packed_kc.is_none()
+        && mm > 1
+        && nn > 1
+        && cm == 1
+        && cn != 1
+        && nn.saturating_mul(mm.div_ceil(gemm::NC)).saturating_mul(2) <= mm;
     let mm_ = if swapped {
         MatMul {
             batch: Walk::new(&dims, [&per(2), &per(1), &per(0)]).ok_or("too many batch axes")?,

@@ -61,17 +61,20 @@ fn einsum(
 }
 
 /// A 1×1 convolution written as image-by-weight (`ihw,oi->ohw`: the
-/// output's contiguous axis is the image's, so setup swaps the operands)
-/// gives the bytes of the same product written weight-by-image (not
-/// swapped), in 1 to 3 shares, and both equal the definition.
+/// output's contiguous axis is the image's, so setup swaps the operands
+/// where the weight is small next to the image) gives the bytes of the
+/// same product written weight-by-image (never swapped), in 1 to 3
+/// shares, and both equal the definition.
 #[test]
 fn swapped_products_equal_the_unswapped_form() {
     let mut swaps = 0;
-    for (ci, co, h, w) in [
-        (3, 5, 4, 7),
-        (32, 16, 14, 14),
-        (17, 40, 3, 11),
-        (300, 7, 2, 9),
+    for (ci, co, h, w, swap) in [
+        (3, 5, 4, 7, true),
+        (32, 16, 14, 14, true),
+        (17, 6, 5, 11, true),
+        (300, 7, 2, 9, true),
+        (17, 40, 3, 11, false),
+        (64, 300, 20, 20, false),
     ] {
         let x: Vec<f32> = (0..ci * h * w).map(|i| value(i, 1)).collect();
         let wt: Vec<f32> = (0..co * ci).map(|i| value(i, 2)).collect();
@@ -98,8 +101,8 @@ fn swapped_products_equal_the_unswapped_form() {
                 &[co, h, w],
                 parts,
             );
-            assert!(swapped && !unswapped);
-            swaps += 1;
+            assert_eq!((swapped, unswapped), (swap, false));
+            swaps += usize::from(swapped);
             assert_eq!(
                 image_first, weight_first,
                 "{ci}→{co} {h}×{w}, {parts} shares"
