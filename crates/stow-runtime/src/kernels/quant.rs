@@ -30,7 +30,9 @@ fn range_u8(src: Src<'_, f32>) -> (f32, u8) {
 /// values to different integers, and ONNX divides.
 #[inline(always)]
 fn quantize_u8(x: f32, scale: f32, zero: u8) -> u8 {
-    (round_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
+    (round_even(x / scale) as i32)
+        .saturating_add(i32::from(zero))
+        .clamp(0, 255) as u8
 }
 
 /// `round_ties_even(x)` up to the sign of a zero, without a call to
@@ -339,7 +341,9 @@ mod tests {
             );
             for (scale, zero) in [(1.0f32, 0u8), (0.5, 128), (0.017, 255), (3e-3, 7)] {
                 let rint = |x: f32| {
-                    (Float::round_ties_even(x / scale) as i32 + i32::from(zero)).clamp(0, 255) as u8
+                    (Float::round_ties_even(x / scale) as i32)
+                        .saturating_add(i32::from(zero))
+                        .clamp(0, 255) as u8
                 };
                 assert_eq!(quantize_u8(x, scale, zero), rint(x));
                 let rint_i8 = |x: f32| {

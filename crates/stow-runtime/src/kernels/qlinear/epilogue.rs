@@ -276,6 +276,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
     use core::cell::Cell;
 
     /// xorshift64*.
