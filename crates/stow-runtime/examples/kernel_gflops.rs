@@ -102,6 +102,7 @@ fn gemm_gflops(n: usize, repeat: usize) -> f64 {
         offset: 0,
         rs: n,
         cs: 1,
+        finish: Default::default(),
     };
     let secs = best(repeat, || gemm::gemm(n, n, n, &pa, &pb, &dst, &scratch));
     (2 * n * n * n) as f64 / secs / 1e9
@@ -176,9 +177,9 @@ fn conv_gflops(case: &Case, repeat: usize, packed: bool) -> f64 {
             Src::Weight(&w),
             Some(Src::Weight(&bias)),
             &y,
+            Default::default(),
             &scratch,
-            0,
-            1,
+            (0, 1),
         )
     });
     (2 * case.c_out * s.k() * out * out) as f64 / secs / 1e9

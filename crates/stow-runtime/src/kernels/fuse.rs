@@ -8,8 +8,24 @@
 //! not a graph output, the first step clamps straight into the second's
 //! output and the second does nothing. The arithmetic is the two steps'
 //! own, in their order, so the outputs are bit for bit the same.
+//!
+//! Then a clamp (or a lone `Max`/`Min` with a constant: `Relu`) whose
+//! input a convolution or a matrix product has just written, for it
+//! alone, is merged into that step: the product clamps each sum as it
+//! completes, while the tile is in registers, and writes the clamp's
+//! output. The clamp is applied to the finished sum, so again the bytes
+//! are those of the two steps.
+//!
+//! A merged step writes the later step's output while it reads its own
+//! inputs. The plan placed that output for the later step, where the
+//! first step's inputs and scratch may already be dead, so a merge is
+//! made only when the output is where the first step's own output was
+//! (the clamps run in place), or lies clear of everything the first step
+//! reads.
 
+use super::gemm::{Clamp, Finish};
 use super::{BinOp, Kernel, Loc, Operand, Step};
+use core::ops::Range;
 use stow_bundle::DType;
 
 /// The value of a one-element f32 weight.
@@ -38,36 +54,164 @@ fn bound(step: &Step<'_>) -> Option<(f32, bool)> {
         .map(|c| (c, max))
 }
 
-/// Merges each `Max`/`Min` pair with constants into one
-/// [`Kernel::Clamp`] step (see the module's note). `graph_outputs` are
-/// the tensors the caller reads after a run.
-pub(crate) fn fuse_clamps(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
+/// The clamp a step computes on its first input: a merged pair, or one
+/// bound (the other one NaN, which leaves values as they are).
+fn clamp_of(step: &Step<'_>) -> Option<Clamp> {
+    if let Kernel::Clamp(k) = step.kernel {
+        return Some(k);
+    }
+    let (c, max) = bound(step)?;
+    Some(if max {
+        Clamp {
+            lo: c,
+            hi: f32::NAN,
+            max_first: true,
+        }
+    } else {
+        Clamp {
+            lo: f32::NAN,
+            hi: c,
+            max_first: false,
+        }
+    })
+}
+
+/// Bytes of an arena operand.
+fn bytes(o: &Operand<'_>) -> Option<Range<usize>> {
+    match o.loc {
+        Loc::Arena(at) => Some(at..at + o.len * o.dtype.size_bytes() as usize),
+        Loc::Weight(_) => None,
+    }
+}
+
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
+}
+
+/// True when `step` may write `target` in place of its output: the same
+/// bytes, or bytes that none of its arena inputs nor its planned scratch
+/// touches; for an element-wise step (`elementwise`) also exactly the
+/// bytes of an input, each element being read before it is written.
+fn may_write(step: &Step<'_>, target: &Operand<'_>, elementwise: bool) -> bool {
+    let (Some(t), Some(own)) = (bytes(target), step.outputs.first().and_then(bytes)) else {
+        return false;
+    };
+    if t == own {
+        return true;
+    }
+    let scratch = step
+        .planned
+        .map(|(at, threads)| at..at + threads * step.scratch * 4);
+    let reads = step.inputs.iter().filter_map(bytes).chain(scratch);
+    for r in reads {
+        if (elementwise && r == t) || !overlap(&r, &t) {
+            continue;
+        }
+        return false;
+    }
+    true
+}
+
+fn readers(steps: &[Step<'_>]) -> alloc::collections::BTreeMap<u32, usize> {
     let mut readers = alloc::collections::BTreeMap::<u32, usize>::new();
     for step in steps.iter() {
         for x in &step.inputs {
             *readers.entry(x.id).or_default() += 1;
         }
     }
+    readers
+}
+
+/// True when `second` reads only `first`'s single output as its first
+/// input, and nothing else reads it.
+fn feeds_only(
+    first: &Step<'_>,
+    second: &Step<'_>,
+    readers: &alloc::collections::BTreeMap<u32, usize>,
+    graph_outputs: &[u32],
+) -> bool {
+    let ([out], Some(x)) = (first.outputs.as_slice(), second.inputs.first()) else {
+        return false;
+    };
+    x.id == out.id && readers.get(&out.id) == Some(&1) && !graph_outputs.contains(&out.id)
+}
+
+/// Merges each `Max`/`Min` pair with constants into one
+/// [`Kernel::Clamp`] step (see the module's note). `graph_outputs` are
+/// the tensors the caller reads after a run.
+pub(crate) fn fuse_clamps(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
+    let readers = readers(steps);
     for i in 1..steps.len() {
         let (first, second) = (&steps[i - 1], &steps[i]);
         let (Some((a, a_is_max)), Some((b, b_is_max))) = (bound(first), bound(second)) else {
             continue;
         };
-        let between = first.outputs[0].id;
         if a_is_max == b_is_max
-            || second.inputs[0].id != between
-            || readers.get(&between) != Some(&1)
-            || graph_outputs.contains(&between)
+            || !feeds_only(first, second, &readers, graph_outputs)
+            || !may_write(first, &second.outputs[0], true)
         {
             continue;
         }
         let (lo, hi) = if a_is_max { (a, b) } else { (b, a) };
         let outputs = second.outputs.clone();
-        steps[i - 1].kernel = Kernel::Clamp {
+        steps[i - 1].kernel = Kernel::Clamp(Clamp {
             lo,
             hi,
             max_first: a_is_max,
+        });
+        steps[i - 1].outputs = outputs;
+        steps[i].kernel = Kernel::Nothing;
+    }
+}
+
+/// The finish of a step that can apply one to its f32 output as its sums
+/// complete: a convolution, or a matrix product whose batch positions
+/// write apart (positions that walk a depth axis add into the same
+/// outputs, whose sums only the last one completes).
+fn finish_of<'s>(step: &'s mut Step<'_>) -> Option<&'s mut Finish> {
+    if step.outputs.first()?.dtype != DType::F32 {
+        return None;
+    }
+    match &mut step.kernel {
+        Kernel::Conv(_, _, finish) => Some(finish),
+        Kernel::MatMul(mm) => {
+            let apart = mm
+                .batch
+                .dims
+                .iter()
+                .zip(&mm.batch.strides)
+                .all(|(&d, s)| d <= 1 || s[0] != 0);
+            apart.then_some(&mut mm.finish)
+        }
+        _ => None,
+    }
+}
+
+/// Merges each clamp (after [`fuse_clamps`]) or lone `Max`/`Min` with a
+/// constant into the convolution or product that feeds it (see the
+/// module's note).
+pub(crate) fn fuse_activations(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
+    let readers = readers(steps);
+    for i in 1..steps.len() {
+        let Some(clamp) = clamp_of(&steps[i]) else {
+            continue;
         };
+        let (first, second) = (&steps[i - 1], &steps[i]);
+        let x = &second.inputs[0];
+        if !feeds_only(first, second, &readers, graph_outputs)
+            || x.len != second.outputs[0].len
+            || !may_write(first, &second.outputs[0], false)
+        {
+            continue;
+        }
+        let outputs = second.outputs.clone();
+        let Some(finish) = finish_of(&mut steps[i - 1]) else {
+            continue;
+        };
+        if *finish != Finish::Keep {
+            continue;
+        }
+        *finish = Finish::Clamp(clamp);
         steps[i - 1].outputs = outputs;
         steps[i].kernel = Kernel::Nothing;
     }
@@ -194,7 +338,7 @@ mod tests {
                 let mut merged = steps(first, a, second, b, x.len(), z_at);
                 fuse_clamps(&mut merged, &[4]);
                 assert!(
-                    matches!(merged[0].kernel, Kernel::Clamp { .. }),
+                    matches!(merged[0].kernel, Kernel::Clamp(_)),
                     "{first} {second}"
                 );
                 assert!(matches!(merged[1].kernel, Kernel::Nothing));
@@ -229,5 +373,147 @@ mod tests {
         let mut s = steps("Max", &ZERO, "Max", &SIX, 8, 32);
         fuse_clamps(&mut s, &[]);
         assert!(matches!(s[0].kernel, Kernel::Binary(..)));
+    }
+
+    fn einsum_op(expr: &str) -> Op {
+        Op {
+            attributes: alloc::vec![(
+                "expr".to_string(),
+                stow_bundle::AttrValue::Text(expr.into())
+            )],
+            ..op("EinSum")
+        }
+    }
+
+    fn shaped(id: u32, shape: &[usize], at: usize) -> Operand<'static> {
+        Operand {
+            shape: shape.to_vec(),
+            ..arena_operand(id, at, shape.iter().product())
+        }
+    }
+
+    fn prepared(op: &Op, ins: Vec<Operand<'static>>, outs: Vec<Operand<'static>>) -> Step<'static> {
+        let (kernel, scratch) = prepare(op, &ins, &outs).unwrap();
+        Step {
+            kernel,
+            inputs: ins,
+            outputs: outs,
+            scratch,
+            planned: None,
+        }
+    }
+
+    /// Runs `steps` in `parts` shares on an arena of `floats` holding
+    /// `init` from 0; the arena's bits afterwards.
+    fn run_shares(steps: &[Step<'_>], init: &[f32], floats: usize, parts: usize) -> Vec<u32> {
+        let arena: Vec<Cell<u8>> = (0..4 * floats).map(|_| Cell::new(0)).collect();
+        for (i, v) in init.iter().enumerate() {
+            for (j, b) in v.to_le_bytes().iter().enumerate() {
+                arena[4 * i + j].set(*b);
+            }
+        }
+        let views = Views::single(&arena);
+        let most = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
+        let scratch: Vec<Cell<f32>> = (0..most).map(|_| Cell::new(0.0)).collect();
+        for step in steps {
+            for part in 0..parts {
+                run_part(step, &views, &scratch, part, parts).unwrap();
+            }
+        }
+        (0..floats)
+            .map(|i| u32::from_le_bytes(core::array::from_fn(|j| arena[4 * i + j].get())))
+            .collect()
+    }
+
+    /// A product then a clamp pair, a lone `Max` or a lone `Min`, the
+    /// clamp's output in place or elsewhere: merged, the product writes
+    /// the bytes the steps write apart (1 to 3 shares; a one-row product,
+    /// a transposed one, a batch). An output over the product's input is
+    /// not merged, and neither is a product whose batch adds into the
+    /// same outputs.
+    #[test]
+    fn a_clamp_merged_into_a_product_equals_the_steps() {
+        static ZERO: [u8; 4] = 0f32.to_le_bytes();
+        static HALF: [u8; 4] = 0.5f32.to_le_bytes();
+        // (expr, a shape, b shape, out shape, merges)
+        type Case = (
+            &'static str,
+            &'static [usize],
+            &'static [usize],
+            &'static [usize],
+            bool,
+        );
+        let cases: [Case; 5] = [
+            ("ik,kj->ij", &[13, 40], &[40, 37], &[13, 37], true),
+            ("ik,kj->ij", &[1, 300], &[300, 21], &[1, 21], true),
+            ("ihw,oi->ohw", &[24, 9, 9], &[5, 24], &[5, 9, 9], true),
+            ("bik,bkj->bij", &[3, 7, 20], &[3, 20, 18], &[3, 7, 18], true),
+            ("bik,bkj->ij", &[3, 7, 20], &[3, 20, 18], &[7, 18], false),
+        ];
+        for (expr, sa, sb, so, merges) in cases {
+            let (na, nb, no) = [sa, sb, so].map(|s| s.iter().product::<usize>()).into();
+            let init: Vec<f32> = (0..na + nb)
+                .map(|i| ((i * 2_654_435_761) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let y_at = 4 * (na + nb);
+            let far = y_at + 4 * no;
+            // Where the clamp writes: over the product's output, apart,
+            // over the product's first input.
+            for (z_at, safe) in [(y_at, true), (far, true), (0, false)] {
+                let chains: [&[(&str, &'static [u8])]; 3] = [
+                    &[("Max", &ZERO), ("Min", &HALF)],
+                    &[("Max", &ZERO)],
+                    &[("Min", &ZERO)],
+                ];
+                for chain in chains {
+                    let mut steps = alloc::vec![prepared(
+                        &einsum_op(expr),
+                        alloc::vec![shaped(0, sa, 0), shaped(1, sb, 4 * na)],
+                        alloc::vec![shaped(2, so, y_at)],
+                    )];
+                    let mut id = 2;
+                    for (k, (name, c)) in chain.iter().enumerate() {
+                        let at = if k + 1 == chain.len() { z_at } else { y_at };
+                        steps.push(prepared(
+                            &op(name),
+                            alloc::vec![shaped(id, so, y_at), weight_operand(90 + id, c)],
+                            alloc::vec![shaped(id + 1, so, at)],
+                        ));
+                        id += 1;
+                    }
+                    if !safe {
+                        // Apart, these steps would be planned differently;
+                        // only the merge decision is checked.
+                        let mut merged = steps.clone();
+                        fuse_clamps(&mut merged, &[id]);
+                        fuse_activations(&mut merged, &[id]);
+                        assert!(
+                            matches!(&merged[0].kernel, Kernel::MatMul(mm) if mm.finish == Finish::Keep),
+                            "{expr}: merged over its own input"
+                        );
+                        continue;
+                    }
+                    for parts in 1..=3 {
+                        let mut merged = steps.clone();
+                        fuse_clamps(&mut merged, &[id]);
+                        fuse_activations(&mut merged, &[id]);
+                        let fused = matches!(&merged[0].kernel, Kernel::MatMul(mm) if mm.finish != Finish::Keep);
+                        assert_eq!(fused, merges, "{expr} {chain:?}");
+                        let floats = far / 4 + no;
+                        let (want, got) = (
+                            run_shares(&steps, &init, floats, parts),
+                            run_shares(&merged, &init, floats, parts),
+                        );
+                        let z = z_at / 4..z_at / 4 + no;
+                        assert_eq!(
+                            got[z.clone()],
+                            want[z.clone()],
+                            "{expr} {chain:?} at {z_at}, {parts} shares"
+                        );
+                        assert!(want[z].contains(&0), "{expr}: the clamp bites");
+                    }
+                }
+            }
+        }
     }
 }

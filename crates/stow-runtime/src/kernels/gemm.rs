@@ -185,6 +185,78 @@ impl<L: Load<f32>> PackB for Strided<L> {
     }
 }
 
+/// `Max` with `lo` then `Min` with `hi` of an f32 (or the other order),
+/// as the two element-wise steps compute them (IEEE maxNum/minNum: a NaN
+/// bound leaves the value as it is); a one-sided bound is the other one
+/// NaN.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Clamp {
+    /// The `Max` step's constant.
+    pub lo: f32,
+    /// The `Min` step's constant.
+    pub hi: f32,
+    /// True when the `Max` step came first.
+    pub max_first: bool,
+}
+
+impl Clamp {
+    /// The clamped value.
+    #[inline(always)]
+    pub fn apply(self, a: f32) -> f32 {
+        let max = |a: f32| {
+            if a >= self.lo || self.lo.is_nan() {
+                a
+            } else {
+                self.lo
+            }
+        };
+        let min = |a: f32| {
+            if a <= self.hi || self.hi.is_nan() {
+                a
+            } else {
+                self.hi
+            }
+        };
+        if self.max_first {
+            min(max(a))
+        } else {
+            max(min(a))
+        }
+    }
+}
+
+/// What each element of C goes through once its sum is complete: an
+/// activation merged into the product at setup, applied to the tile in
+/// registers' reach instead of in a pass of its own over memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Finish {
+    /// The sums as they are.
+    #[default]
+    Keep,
+    /// Clamped.
+    Clamp(Clamp),
+}
+
+impl Finish {
+    /// `self` for the depth block that completes the sums (`last`), else
+    /// [`Finish::Keep`].
+    #[inline(always)]
+    pub fn at(self, last: bool) -> Finish {
+        if last {
+            self
+        } else {
+            Finish::Keep
+        }
+    }
+
+    /// Applies `self` to every element of `cells`.
+    pub fn apply(self, cells: &[Cell<f32>]) {
+        if let Finish::Clamp(k) = self {
+            cells.iter().for_each(|c| c.set(k.apply(c.get())));
+        }
+    }
+}
+
 /// The destination: element `(i, j)` of C is `data[offset + i * rs + j * cs]`.
 pub struct Dst<'a> {
     /// The storage.
@@ -195,6 +267,8 @@ pub struct Dst<'a> {
     pub rs: usize,
     /// Column stride.
     pub cs: usize,
+    /// Applied to each element with the last depth block's sum.
+    pub finish: Finish,
 }
 
 /// `C[m × n] += A[m × k] · B[k × n]`, packing through `scratch` (at least
@@ -251,6 +325,7 @@ pub fn gemm_cols(
         for p0 in (0..k).step_by(kc_block) {
             let kc = kc_block.min(k - p0);
             b.pack(p0, kc, j0, nc, bpack);
+            let finish = c.finish.at(p0 + kc == k);
             for i0 in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - i0);
                 a.pack(i0, mc, p0, kc, apack);
@@ -261,7 +336,7 @@ pub fn gemm_cols(
                         let tile = micro_kernel(fma, kc, apanel, bpanel);
                         let rows = MR.min(mc - r0);
                         let cols = NR.min(nc - c0);
-                        add_tile(c, &tile, i0 + r0, j0 + c0, rows, cols);
+                        add_tile(c, &tile, i0 + r0, j0 + c0, rows, cols, finish);
                     }
                 }
             }
@@ -269,7 +344,8 @@ pub fn gemm_cols(
     }
 }
 
-/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`.
+/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`,
+/// each sum then going through `finish`.
 #[inline(always)]
 pub(crate) fn add_tile(
     c: &Dst<'_>,
@@ -278,6 +354,21 @@ pub(crate) fn add_tile(
     j: usize,
     rows: usize,
     cols: usize,
+    finish: Finish,
+) {
+    match finish {
+        Finish::Keep => add_tile_then(c, tile, (i, j), (rows, cols), |x| x),
+        Finish::Clamp(k) => add_tile_then(c, tile, (i, j), (rows, cols), move |x| k.apply(x)),
+    }
+}
+
+#[inline(always)]
+fn add_tile_then(
+    c: &Dst<'_>,
+    tile: &[[f32; NR]; MR],
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    f: impl Fn(f32) -> f32,
 ) {
     if c.rs == 1 && rows == MR {
         // C stored by columns (a product written transposed): each tile
@@ -286,7 +377,7 @@ pub(crate) fn add_tile(
         for jj in 0..cols {
             let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
             for (r, cell) in dst.iter().enumerate() {
-                cell.set(cell.get() + tile[r][jj]);
+                cell.set(f(cell.get() + tile[r][jj]));
             }
         }
         return;
@@ -298,13 +389,13 @@ pub(crate) fn add_tile(
             // the adds vectorise.
             let dst = &c.data[base..base + NR];
             for (cell, v) in dst.iter().zip(row) {
-                cell.set(cell.get() + v);
+                cell.set(f(cell.get() + v));
             }
             continue;
         }
         for (jj, v) in row.iter().enumerate().take(cols) {
             let cell = &c.data[base + jj * c.cs];
-            cell.set(cell.get() + v);
+            cell.set(f(cell.get() + v));
         }
     }
 }
@@ -455,6 +546,7 @@ mod tests {
                 offset: 0,
                 rs: n,
                 cs: 1,
+                finish: Default::default(),
             };
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
             gemm(m, n, k, &sa, &sb, &dst, s);
@@ -469,6 +561,7 @@ mod tests {
                 offset: 0,
                 rs: 1,
                 cs: m,
+                finish: Default::default(),
             };
             gemm(m, n, k, &sa, &sb, &dst, s);
             let back: Vec<f32> = (0..m * n).map(|i| ct[(i % n) * m + i / n]).collect();

@@ -2,7 +2,7 @@
 //! and the depthwise case, which has no product to speak of.
 
 use super::cells::{Load, Src};
-use super::gemm::{self, Dst, PackB, Strided, NR};
+use super::gemm::{self, Dst, Finish, PackB, Strided, NR};
 use super::nn::Window;
 use super::prepacked::{self, Panels};
 use core::cell::Cell;
@@ -77,6 +77,64 @@ struct Run {
     x: usize,
 }
 
+/// A depth of the im2col matrix: its input channel and kernel position.
+struct Tap {
+    channel: usize,
+    k: [usize; 3],
+}
+
+impl Tap {
+    fn of(p: usize, [kd, kh, kw]: [usize; 3]) -> Tap {
+        Tap {
+            channel: p / (kd * kh * kw),
+            k: [p / (kh * kw) % kd, p / kw % kh, p % kw],
+        }
+    }
+
+    /// The next depth.
+    #[inline(always)]
+    fn step(&mut self, [kd, kh, kw]: [usize; 3]) {
+        self.k[2] += 1;
+        if self.k[2] == kw {
+            self.k[2] = 0;
+            self.k[1] += 1;
+            if self.k[1] == kh {
+                self.k[1] = 0;
+                self.k[0] += 1;
+                if self.k[0] == kd {
+                    self.k[0] = 0;
+                    self.channel += 1;
+                }
+            }
+        }
+    }
+}
+
+/// `dst` from the first `dst.len()` values of `src` (at most a panel), in
+/// pieces of 8 and 4 so that a run one short of a panel (the first run
+/// of a padded row) is not copied one value at a time.
+#[inline(always)]
+fn copy_run(dst: &[Cell<f32>], src: impl Load<f32>) {
+    let mut i = 0;
+    while i + 8 <= dst.len() {
+        let (d, s) = (&dst[i..i + 8], src.sub(i, 8));
+        for l in 0..8 {
+            d[l].set(s.load(l));
+        }
+        i += 8;
+    }
+    if i + 4 <= dst.len() {
+        let (d, s) = (&dst[i..i + 4], src.sub(i, 4));
+        for l in 0..4 {
+            d[l].set(s.load(l));
+        }
+        i += 4;
+    }
+    for (l, d) in dst[i..].iter().enumerate() {
+        d.set(src.load(i + l));
+    }
+}
+
 impl<L: Load<f32>> PackB for Im2col<L> {
     fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
         let w = &self.s.window;
@@ -109,11 +167,12 @@ impl<L: Load<f32>> PackB for Im2col<L> {
                 c += len;
             }
             let filled = c;
-            for (p, o) in out.chunks_exact(NR).enumerate() {
-                let tap = p0 + p;
-                let [kz, ky, kx] =
-                    [tap / (kh * kw) % kd, tap / kw % kh, tap % kw].map(|k| k as isize);
-                let ch = tap / (kd * kh * kw);
+            // The tap of depth p0 + p, stepped rather than divided out for
+            // every depth (the divisions were a third of the packing).
+            let mut tap = Tap::of(p0, [kd, kh, kw]);
+            for o in out.chunks_exact(NR) {
+                let (ch, [kz, ky, kx]) = (tap.channel, tap.k.map(|k| k as isize));
+                tap.step([kd, kh, kw]);
                 let plane = self.base + ch * w.input_plane();
                 for run in &runs[..count] {
                     let cells = &o[run.at..run.at + run.len];
@@ -135,10 +194,10 @@ impl<L: Load<f32>> PackB for Im2col<L> {
                         }
                         let (head, inside) = ((lo - x0) as usize, (hi - lo) as usize);
                         cells[..head].iter().for_each(|c| c.set(0.0));
-                        let src = self.data.sub(row + lo as usize, inside);
-                        for (i, c) in cells[head..head + inside].iter().enumerate() {
-                            c.set(src.load(i));
-                        }
+                        copy_run(
+                            &cells[head..head + inside],
+                            self.data.sub(row + lo as usize, inside),
+                        );
                         cells[head + inside..].iter().for_each(|c| c.set(0.0));
                     } else {
                         for (i, c) in cells.iter().enumerate() {
@@ -183,8 +242,9 @@ pub(crate) fn fill_bias(
     }
 }
 
-/// Convolution of `x` (N·C·H·W) with `weight` (O·I/g·KH·KW) plus `bias`:
-/// the share `part` of `parts` (output columns; planes for depthwise).
+/// Convolution of `x` (N·C·H·W) with `weight` (O·I/g·KH·KW) plus `bias`,
+/// each output then through `finish`: the share `part` of `parts`
+/// (output columns; planes for depthwise).
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     s: &ConvShape,
@@ -193,9 +253,9 @@ pub fn conv(
     weight: Src<'_, f32>,
     bias: Option<Src<'_, f32>>,
     out: &[Cell<f32>],
+    finish: Finish,
     scratch: &[Cell<f32>],
-    part: usize,
-    parts: usize,
+    (part, parts): (usize, usize),
 ) {
     if s.depthwise() {
         let planes = s.batch * s.groups;
@@ -209,7 +269,14 @@ pub fn conv(
             row.iter().for_each(|c| c.set(b));
         }
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            super::depthwise::depthwise(s, x, w, out, p0..p1)
+            if finish == Finish::Keep {
+                return super::depthwise::depthwise(s, x, w, out, p0..p1);
+            }
+            // Plane by plane, each finished while it is still in cache.
+            for p in p0..p1 {
+                super::depthwise::depthwise(s, x, w, out, p..p + 1);
+                finish.apply(&out[p * plane..(p + 1) * plane]);
+            }
         }));
     }
     let cols = gemm::share(s.n(), part, parts);
@@ -226,6 +293,7 @@ pub fn conv(
                 offset: out_base,
                 rs: n,
                 cs: 1,
+                finish,
             };
             crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
                 let group = Group {
@@ -569,9 +637,9 @@ mod tests {
                         Src::Weight(&weight),
                         Some(Src::Weight(&bias)),
                         &out,
+                        Finish::Keep,
                         &scratch,
-                        part,
-                        parts,
+                        (part, parts),
                     );
                 }
                 for (i, (o, w)) in out.iter().zip(&want).enumerate() {
@@ -581,6 +649,42 @@ mod tests {
                         o.get()
                     );
                 }
+                // A clamp merged into the convolution gives the bytes of
+                // the clamp applied after it.
+                let clamp = gemm::Clamp {
+                    lo: -0.25,
+                    hi: 0.5,
+                    max_first: parts == 1,
+                };
+                let fused: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+                for part in 0..parts {
+                    conv(
+                        &s,
+                        None,
+                        Src::Weight(&x),
+                        Src::Weight(&weight),
+                        Some(Src::Weight(&bias)),
+                        &fused,
+                        Finish::Clamp(clamp),
+                        &scratch,
+                        (part, parts),
+                    );
+                }
+                let clamped = |v: &[Cell<f32>]| {
+                    v.iter()
+                        .map(|c| clamp.apply(c.get()).to_bits())
+                        .collect::<Vec<_>>()
+                };
+                let bits =
+                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&fused),
+                    clamped(&out),
+                    "fused: input {input:?} kernel {kernel:?}"
+                );
+                assert!(
+                    fused.iter().any(|c| c.get() == 0.5) && fused.iter().any(|c| c.get() == -0.25)
+                );
                 if s.depthwise() {
                     continue;
                 }
@@ -607,17 +711,33 @@ mod tests {
                         Src::Weight(&packed_weight),
                         Some(Src::Weight(&bias)),
                         &again,
+                        Finish::Keep,
                         &scratch,
-                        part,
-                        parts,
+                        (part, parts),
                     );
                 }
-                let bits =
-                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&again),
                     bits(&out),
                     "packed: input {input:?} kernel {kernel:?}"
+                );
+                for part in 0..parts {
+                    conv(
+                        &s,
+                        Some(&p),
+                        Src::Weight(&x),
+                        Src::Weight(&packed_weight),
+                        Some(Src::Weight(&bias)),
+                        &again,
+                        Finish::Clamp(clamp),
+                        &scratch,
+                        (part, parts),
+                    );
+                }
+                assert_eq!(
+                    bits(&again),
+                    clamped(&out),
+                    "packed and fused: input {input:?} kernel {kernel:?}"
                 );
             }
         }

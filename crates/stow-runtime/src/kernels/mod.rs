@@ -37,7 +37,7 @@ mod prepare;
 mod product_tests;
 mod run;
 
-pub(crate) use fuse::fuse_clamps;
+pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{
     operand, packable, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR,
     SCRATCH_BUDGET_ATTR,
@@ -250,6 +250,8 @@ pub struct MatMul {
     /// the product's columns (a 1×1 convolution written as a product of
     /// the image by the weight then runs as the weight times the image).
     pub swapped: bool,
+    /// An activation merged into the product at setup (`fuse`).
+    pub finish: gemm::Finish,
 }
 
 /// A prepared operator.
@@ -262,14 +264,7 @@ pub enum Kernel {
     Unary(Unary),
     /// `Max` with `lo` and `Min` with `hi` of an f32 tensor in one pass
     /// (two steps merged at setup), in the steps' order.
-    Clamp {
-        /// The `Max` step's constant.
-        lo: f32,
-        /// The `Min` step's constant.
-        hi: f32,
-        /// True when the `Max` step came first.
-        max_first: bool,
-    },
+    Clamp(gemm::Clamp),
     /// Binary op with broadcasting.
     Binary(BinOp, Walk<3>),
     /// `cond ? a : b` with broadcasting.
@@ -338,8 +333,8 @@ pub enum Kernel {
         column_major: bool,
     },
     /// Convolution; its kernel weight in panels when packed at compile
-    /// time (`stow.packed`).
-    Conv(ConvShape, Option<prepacked::Panels>),
+    /// time (`stow.packed`), and an activation merged into it at setup.
+    Conv(ConvShape, Option<prepacked::Panels>, gemm::Finish),
     /// Transposed convolution.
     Deconv(ConvShape),
     /// `x < 0 ? alpha·x : x`.

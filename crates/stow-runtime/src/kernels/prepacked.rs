@@ -283,6 +283,7 @@ pub fn gemm_left<L: Load<f32>>(
         for p0 in (0..k).step_by(kc) {
             let kcb = kc.min(k - p0);
             b.pack(p0, kcb, j0, nc, bpack);
+            let finish = c.finish.at(p0 + kcb == k);
             let block = base + p0 * m;
             let short = m % MR;
             if short != 0 {
@@ -300,7 +301,7 @@ pub fn gemm_left<L: Load<f32>>(
                         } else {
                             micro_kernel(fma, kcb, &tail[..kcb * MR], bpanel)
                         };
-                        add_tile(c, &tile, r0, j0 + c0, rows, NR.min(nc - c0));
+                        add_tile(c, &tile, r0, j0 + c0, rows, NR.min(nc - c0), finish);
                     }
                 }
             }
@@ -341,6 +342,7 @@ pub fn gemm_right<L: Load<f32>>(
         for p0 in (0..k).step_by(kc) {
             let kcb = kc.min(k - p0);
             let block = p0 * n;
+            let finish = c.finish.at(p0 + kcb == k);
             let has_tail = short != 0 && j0 + nc == n;
             if has_tail {
                 let at = block + (n - short) * kcb;
@@ -358,7 +360,15 @@ pub fn gemm_right<L: Load<f32>>(
                         } else {
                             micro_kernel(fma, kcb, apanel, &tail[..kcb * NR])
                         };
-                        add_tile(c, &tile, i0 + r0, c0, MR.min(mc - r0), width.min(end - c0));
+                        add_tile(
+                            c,
+                            &tile,
+                            i0 + r0,
+                            c0,
+                            MR.min(mc - r0),
+                            width.min(end - c0),
+                            finish,
+                        );
                     }
                 }
             }
@@ -454,6 +464,7 @@ mod tests {
                 offset: 0,
                 rs: n,
                 cs: 1,
+                finish: Default::default(),
             };
             let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -477,6 +488,7 @@ mod tests {
                         offset: 0,
                         rs: n,
                         cs: 1,
+                        finish: Default::default(),
                     };
                     let mut scratch = vec![0f32; floats];
                     let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -524,6 +536,7 @@ mod tests {
                     offset: 0,
                     rs: n,
                     cs: 1,
+                    finish: Default::default(),
                 };
                 let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
                 let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -550,6 +563,7 @@ mod tests {
                             offset: 0,
                             rs: n,
                             cs: 1,
+                            finish: Default::default(),
                         };
                         let mut scratch = vec![0f32; floats];
                         let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();

@@ -1226,7 +1226,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     }
     let Some(kc) = packed_depth(op)? else {
         let scratch = budgeted(op, s.scratch_elems());
-        return Ok((Kernel::Conv(s, None), scratch));
+        return Ok((Kernel::Conv(s, None, Default::default()), scratch));
     };
     want(!s.depthwise(), || {
         "a depthwise convolution's kernel cannot be packed".into()
@@ -1241,7 +1241,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         kc,
     };
     let scratch = packed_scratch(op, &p, s.n())?;
-    Ok((Kernel::Conv(s, Some(p)), scratch))
+    Ok((Kernel::Conv(s, Some(p), Default::default()), scratch))
 }
 
 /// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),
@@ -1291,7 +1291,7 @@ pub fn packable(
         .attributes
         .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
     let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(s, None) => s.k(),
+        Kernel::Conv(s, None, _) => s.k(),
         // Packing it would undo the swap (its weight is the left operand).
         Kernel::MatMul(mm) if !mm.swapped => mm.mnk[2],
         _ => return None,
@@ -1302,7 +1302,7 @@ pub fn packable(
         .push((PACKED_ATTR.into(), AttrValue::Int(i64::try_from(kc).ok()?)));
     trial.attributes.sort_by(|a, b| a.0.cmp(&b.0));
     match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(_, Some(p)) => Some(p),
+        Kernel::Conv(_, Some(p), _) => Some(p),
         Kernel::MatMul(mm) => mm.packed,
         _ => None,
     }
@@ -1421,6 +1421,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
             c: [cn, cm],
             packed: None,
             swapped,
+            finish: gemm::Finish::Keep,
         }
     } else {
         MatMul {
@@ -1431,6 +1432,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
             c: [cm, cn],
             packed: None,
             swapped,
+            finish: gemm::Finish::Keep,
         }
     };
     let [rows, cols, _] = mm_.mnk;

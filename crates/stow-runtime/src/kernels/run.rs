@@ -156,10 +156,10 @@ pub fn run_part(
     }
     match &step.kernel {
         Kernel::Nothing => {}
-        Kernel::Clamp { lo, hi, max_first } => {
+        Kernel::Clamp(k) => {
             let out = v.dst::<f32>(&outs[0])?;
             crate::with_load!(v.src::<f32>(&ins[0])?, |x| {
-                elementwise::clamp(out, x, *lo, *hi, *max_first)
+                elementwise::clamp(out, x, k.lo, k.hi, k.max_first)
             });
         }
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
@@ -307,7 +307,7 @@ pub fn run_part(
             v.dst(&outs[0])?,
         )
         .map_err(Failure::Index)?,
-        Kernel::Conv(s, packed) => {
+        Kernel::Conv(s, packed, finish) => {
             let bias = match ins.get(2) {
                 Some(b) => Some(v.src(b)?),
                 None => None,
@@ -319,9 +319,9 @@ pub fn run_part(
                 v.src(&ins[1])?,
                 bias,
                 v.dst(&outs[0])?,
+                *finish,
                 scratch,
-                part,
-                parts,
+                (part, parts),
             )
         }
         Kernel::Deconv(s) => {
@@ -597,6 +597,7 @@ fn matmul(
                 offset: oc + j * sc,
                 rs: mm.c[0],
                 cs: mm.c[1],
+                finish: mm.finish,
             };
             if m == 1 {
                 crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
@@ -606,6 +607,12 @@ fn matmul(
                     &dst,
                     cols.clone()
                 )));
+                if let gemm::Finish::Clamp(f) = mm.finish {
+                    for col in cols.clone() {
+                        let cell = &c[dst.offset + col * dst.cs];
+                        cell.set(f.apply(cell.get()));
+                    }
+                }
                 continue;
             }
             crate::with_load!(a, |a| crate::with_load!(b, |b| {
