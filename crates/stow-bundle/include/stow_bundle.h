@@ -28,7 +28,11 @@
  * the weight's record (shape, size) is unchanged, its bytes are permuted
  * (docs/FORMAT.md, "Packed weights"). */
 #define STOW_FLAG_PACKED 2u
-#define STOW_KNOWN_FLAGS (STOW_FLAG_POOLS | STOW_FLAG_PACKED)
+/* Header flag: some matrix products (attribute "stow.packed_left") read
+ * their weight packed as the left operand of the transposed product
+ * (docs/FORMAT.md, "Packed weights"). */
+#define STOW_FLAG_PACKED_LEFT 4u
+#define STOW_KNOWN_FLAGS (STOW_FLAG_POOLS | STOW_FLAG_PACKED | STOW_FLAG_PACKED_LEFT)
 #define STOW_HEADER_LEN 64u
 #define STOW_SECTION_ENTRY_LEN 32u
 #define STOW_TENSOR_RECORD_LEN 64u

@@ -201,12 +201,14 @@ impl Contents {
     }
 
     /// The operator that reads weight `tensor` stored packed (its input 1,
-    /// with [`PACKED_ATTR`](crate::format::PACKED_ATTR)) and its depth
+    /// with [`PACKED_ATTR`](crate::format::PACKED_ATTR) or
+    /// [`PACKED_LEFT_ATTR`](crate::format::PACKED_LEFT_ATTR)) and its depth
     /// block, or `None` for a weight stored row-major.
     pub fn packed_reader(&self, tensor: u32) -> Option<(&Op, i64)> {
+        use crate::format::{PACKED_ATTR, PACKED_LEFT_ATTR};
         self.ops.iter().find_map(|op| {
             let kc = op.attributes.iter().find_map(|(name, a)| match a {
-                AttrValue::Int(kc) if name == crate::format::PACKED_ATTR => Some(*kc),
+                AttrValue::Int(kc) if name == PACKED_ATTR || name == PACKED_LEFT_ATTR => Some(*kc),
                 _ => None,
             })?;
             (op.inputs.get(1) == Some(&tensor)).then_some((op, kc))
@@ -214,19 +216,31 @@ impl Contents {
     }
 
     /// The header flags these contents need: [`FLAG_POOLS`] with pools,
-    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`].
+    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`],
+    /// [`FLAG_PACKED_LEFT`] when one carries [`PACKED_LEFT_ATTR`].
     ///
     /// [`FLAG_POOLS`]: crate::format::FLAG_POOLS
     /// [`FLAG_PACKED`]: crate::format::FLAG_PACKED
+    /// [`FLAG_PACKED_LEFT`]: crate::format::FLAG_PACKED_LEFT
     /// [`PACKED_ATTR`]: crate::format::PACKED_ATTR
+    /// [`PACKED_LEFT_ATTR`]: crate::format::PACKED_LEFT_ATTR
     pub fn flags(&self) -> u32 {
-        use crate::format::{FLAG_PACKED, FLAG_POOLS, PACKED_ATTR};
+        use crate::format::{
+            FLAG_PACKED, FLAG_PACKED_LEFT, FLAG_POOLS, PACKED_ATTR, PACKED_LEFT_ATTR,
+        };
         let pools = if self.pools.is_empty() { 0 } else { FLAG_POOLS };
-        let packed = self
-            .ops
-            .iter()
-            .any(|op| op.attributes.iter().any(|(name, _)| name == PACKED_ATTR));
-        pools | if packed { FLAG_PACKED } else { 0 }
+        let carried = |attr: &str, flag: u32| {
+            let any = self
+                .ops
+                .iter()
+                .any(|op| op.attributes.iter().any(|(name, _)| name == attr));
+            if any {
+                flag
+            } else {
+                0
+            }
+        };
+        pools | carried(PACKED_ATTR, FLAG_PACKED) | carried(PACKED_LEFT_ATTR, FLAG_PACKED_LEFT)
     }
 }
 

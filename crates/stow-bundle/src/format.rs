@@ -32,12 +32,22 @@ pub const FLAG_POOLS: u32 = 1;
 /// attribute [`PACKED_ATTR`]). Old readers reject the flag rather than
 /// run a kernel over weights in an order it does not expect.
 pub const FLAG_PACKED: u32 = 2;
+/// Header flag: some matrix products read their weight packed as the
+/// product's left operand, the product being computed transposed (each
+/// such operator carries [`PACKED_LEFT_ATTR`]). Readers that know only
+/// [`FLAG_PACKED`] reject the flag rather than read those panels as the
+/// right operand's.
+pub const FLAG_PACKED_LEFT: u32 = 4;
 /// Flags this version understands: any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED;
+pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_LEFT;
 /// The operator attribute (int: the depth block) marking a product or
 /// convolution whose weight operand (input 1) is stored packed; the
 /// layout is in docs/FORMAT.md, "Packed weights".
 pub const PACKED_ATTR: &str = "stow.packed";
+/// The operator attribute (int: the depth block) marking an `EinSum`
+/// product whose weight operand (input 1) is stored packed as the left
+/// operand of the transposed product (docs/FORMAT.md, "Packed weights").
+pub const PACKED_LEFT_ATTR: &str = "stow.packed_left";
 /// Size of one [`PoolRecord`].
 pub const POOL_RECORD_LEN: usize = 32;
 /// Most pools a bundle may declare (a fixed bound, so that a runtime can

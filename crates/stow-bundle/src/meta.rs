@@ -196,13 +196,21 @@ pub(crate) fn decode(
         pools,
     };
     // The pools flag was matched with the POOLS section before.
-    let packed = contents.flags() & crate::format::FLAG_PACKED;
-    if packed != header.flags & crate::format::FLAG_PACKED {
-        return Err(BundleError::MetadataVsHeader {
-            field: "flags (packed weights)",
-            metadata: packed.into(),
-            header: (header.flags & crate::format::FLAG_PACKED).into(),
-        });
+    for (flag, field) in [
+        (crate::format::FLAG_PACKED, "flags (packed weights)"),
+        (
+            crate::format::FLAG_PACKED_LEFT,
+            "flags (weights packed as left operands)",
+        ),
+    ] {
+        let packed = contents.flags() & flag;
+        if packed != header.flags & flag {
+            return Err(BundleError::MetadataVsHeader {
+                field,
+                metadata: packed.into(),
+                header: (header.flags & flag).into(),
+            });
+        }
     }
     check_refs(&contents)?;
     Ok(contents)

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use stow_bundle::DType;
 use stow_onnx::{Attr, ModelGraph, TensorRole};
 use stow_runtime::kernels::gemm;
-use stow_runtime::kernels::prepacked::{Panels, PACKED_ATTR};
+use stow_runtime::kernels::prepacked::{Panels, PACKED_ATTR, PACKED_LEFT_ATTR};
 use stow_runtime::kernels::SCRATCH_BUDGET_ATTR;
 
 /// Operand element types and shapes of step `step`'s inputs and outputs.
@@ -61,11 +61,17 @@ fn candidate(graph: &ModelGraph, step: usize) -> Result<Option<Panels>, Contents
     Ok(stow_runtime::kernels::packable(&bundle_op(op), &ins, &outs))
 }
 
-fn set_depth_block(graph: &mut ModelGraph, step: usize, kc: usize) {
+/// True for the attributes that mark a weight packed.
+fn is_packing(name: &str) -> bool {
+    name == PACKED_ATTR || name == PACKED_LEFT_ATTR
+}
+
+/// Marks step `step`'s weight packed with `attr` and depth block `kc`.
+fn set_depth_block(graph: &mut ModelGraph, step: usize, attr: &str, kc: usize) {
     let op = &mut graph.ops[step];
-    op.attributes.retain(|(name, _)| name != PACKED_ATTR);
+    op.attributes.retain(|(name, _)| !is_packing(name));
     op.attributes.push((
-        PACKED_ATTR.into(),
+        attr.into(),
         Attr::Int(i64::try_from(kc).unwrap_or(i64::MAX)),
     ));
     op.attributes.sort_by(|a, b| a.0.cmp(&b.0));
@@ -77,7 +83,8 @@ pub fn mark_packed_weights(graph: &mut ModelGraph) -> Result<usize, ContentsErro
     let mut marked = 0;
     for step in 0..graph.ops.len() {
         if let Some(p) = candidate(graph, step)? {
-            set_depth_block(graph, step, p.kc);
+            let attr = stow_runtime::kernels::packed_attr(&graph.ops[step].op_type, &p);
+            set_depth_block(graph, step, attr, p.kc);
             marked += 1;
         }
     }
@@ -90,12 +97,14 @@ pub fn mark_packed_weights(graph: &mut ModelGraph) -> Result<usize, ContentsErro
 /// bundle's operators are left alone.
 pub fn mark_like(graph: &mut ModelGraph, ops: &[stow_bundle::Op]) {
     for (step, op) in ops.iter().enumerate().take(graph.ops.len()) {
-        let kc = op.attributes.iter().find_map(|(name, a)| match a {
-            stow_bundle::AttrValue::Int(kc) if name == PACKED_ATTR => usize::try_from(*kc).ok(),
+        let marked = op.attributes.iter().find_map(|(name, a)| match a {
+            stow_bundle::AttrValue::Int(kc) if is_packing(name) => {
+                Some((name.as_str(), usize::try_from(*kc).ok()?))
+            }
             _ => None,
         });
-        if let Some(kc) = kc {
-            set_depth_block(graph, step, kc);
+        if let Some((attr, kc)) = marked {
+            set_depth_block(graph, step, attr, kc);
         }
     }
 }
@@ -103,18 +112,15 @@ pub fn mark_like(graph: &mut ModelGraph, ops: &[stow_bundle::Op]) {
 /// The layout of step `step`'s packed weight, if it is marked.
 fn marked_layout(graph: &ModelGraph, step: usize) -> Result<Option<Panels>, ContentsError> {
     let op = &graph.ops[step];
-    let kc = op.attributes.iter().find_map(|(name, a)| match a {
-        Attr::Int(kc) if name == PACKED_ATTR => usize::try_from(*kc).ok(),
-        _ => None,
-    });
-    let Some(kc) = kc else {
+    if !op.attributes.iter().any(|(name, _)| is_packing(name)) {
         return Ok(None);
-    };
+    }
     let (ins, outs) = operands(graph, step)?;
-    Ok(
-        stow_runtime::kernels::packable(&bundle_op(op), &ins, &outs)
-            .map(|p| p.with_depth_block(kc)),
-    )
+    Ok(stow_runtime::kernels::marked_panels(
+        &bundle_op(op),
+        &ins,
+        &outs,
+    ))
 }
 
 /// Gives a marked step the depth block its row-major kernel would use
@@ -132,10 +138,11 @@ pub(crate) fn fit_depth_block(
     let mut row_major = bundle_op(&graph.ops[step]);
     row_major
         .attributes
-        .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
+        .retain(|(name, _)| !is_packing(name) && name != SCRATCH_BUDGET_ATTR);
     let (ins, outs) = operands(graph, step)?;
     if stow_runtime::kernels::scratch_floats(&row_major, &ins, &outs) > budget {
-        set_depth_block(graph, step, gemm::depth_within(p.depth, budget));
+        let attr = stow_runtime::kernels::packed_attr(&graph.ops[step].op_type, &p);
+        set_depth_block(graph, step, attr, gemm::depth_within(p.depth, budget));
     }
     Ok(())
 }

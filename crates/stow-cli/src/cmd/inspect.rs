@@ -47,12 +47,16 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
 
 /// The names of the header's flags, e.g. ` (pools, packed weights)`.
 fn flag_names(flags: u32) -> String {
-    use stow_bundle::format::{FLAG_PACKED, FLAG_POOLS};
-    let names: Vec<&str> = [(FLAG_POOLS, "pools"), (FLAG_PACKED, "packed weights")]
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|&(_, name)| name)
-        .collect();
+    use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_LEFT, FLAG_POOLS};
+    let names: Vec<&str> = [
+        (FLAG_POOLS, "pools"),
+        (FLAG_PACKED, "packed weights"),
+        (FLAG_PACKED_LEFT, "weights packed as left operands"),
+    ]
+    .iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|&(_, name)| name)
+    .collect();
     if names.is_empty() {
         String::new()
     } else {
@@ -63,7 +67,12 @@ fn flag_names(flags: u32) -> String {
 /// For a weight stored packed: which operator reads it so.
 fn packed_text(c: &Contents, id: u32) -> Option<String> {
     let (op, kc) = c.packed_reader(id)?;
-    Some(format!("packed for {} (depth block {kc})", op.name))
+    let left = op
+        .attributes
+        .iter()
+        .any(|(name, _)| name == stow_bundle::format::PACKED_LEFT_ATTR);
+    let side = if left { ", left operand" } else { "" };
+    Some(format!("packed for {} (depth block {kc}{side})", op.name))
 }
 
 /// The name of a tensor's pool (`-` for weights, `arena` without pools).

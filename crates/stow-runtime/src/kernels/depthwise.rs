@@ -18,6 +18,7 @@
 
 use super::cells::{zip_row, Load};
 use super::float::Float;
+use super::gemm::Finish;
 use super::linalg::ConvShape;
 use super::nn::Window;
 use core::cell::Cell;
@@ -39,25 +40,27 @@ const MAX_TAPS: usize = 49;
 const HALF_ROW: usize = 512;
 
 /// Adds the convolution of planes `planes` of `x` with `weight` to `out`
-/// (which holds the bias).
+/// (which holds the bias), each plane then through `finish` while it is
+/// in cache.
 pub(super) fn depthwise(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    finish: Finish,
 ) {
     let Some(band) = Band::of(&s.window) else {
-        return plain(s, x, weight, out, planes);
+        return plain(s, x, weight, out, planes, finish);
     };
     #[cfg(target_arch = "x86_64")]
     if super::gemm::fma_available() {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
         // which `fma_available` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { banded_fma(s, &band, x, weight, out, planes) };
+        return unsafe { banded_fma(s, &band, x, weight, out, planes, finish) };
     }
-    banded::<false>(s, &band, x, weight, out, planes)
+    banded::<false>(s, &band, x, weight, out, planes, finish)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -69,8 +72,9 @@ fn banded_fma(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    finish: Finish,
 ) {
-    banded::<true>(s, band, x, weight, out, planes)
+    banded::<true>(s, band, x, weight, out, planes, finish)
 }
 
 /// How a band of the padded input sits in the buffer: `sy × sx` phase
@@ -215,6 +219,7 @@ fn banded<const FMA: bool>(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    finish: Finish,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
@@ -266,6 +271,7 @@ fn banded<const FMA: bool>(
                 }
             }
         }
+        finish.apply(&out[ob..ob + w.output_plane()]);
     }
 }
 
@@ -307,6 +313,7 @@ fn plain(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    finish: Finish,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
@@ -347,6 +354,7 @@ fn plain(
                 }
             }
         }
+        finish.apply(&out[ob..ob + w.output_plane()]);
     }
 }
 
@@ -400,6 +408,7 @@ fn add_taps(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::gemm::Clamp;
     use alloc::vec::Vec;
 
     /// The direct definition: every tap of every output.
@@ -499,20 +508,31 @@ mod tests {
         let bias: Vec<f32> = (0..3).map(|i| value(i, 3)).collect();
         let plane = w.output_plane();
         let mut paths = 0;
+        // Each plane finished with a clamp that bites on both sides.
+        let clamp = Clamp {
+            lo: -0.5,
+            hi: 0.5,
+            max_first: true,
+        };
+        let finish = Finish::Clamp(clamp);
         for path in ["dispatch", "plain", "banded", "banded fma"] {
             let band = Band::of(w);
             let out: Vec<Cell<f32>> = (0..want.len())
                 .map(|i| Cell::new(bias[i / plane.max(1)]))
                 .collect();
             match (path, &band) {
-                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3),
-                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3),
-                ("banded", Some(b)) => banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3),
-                ("banded fma", Some(b)) => banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3),
+                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, finish),
+                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, finish),
+                ("banded", Some(b)) => {
+                    banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3, finish)
+                }
+                ("banded fma", Some(b)) => {
+                    banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3, finish)
+                }
                 _ => continue,
             }
             for (i, (o, w)) in out.iter().zip(&want).enumerate() {
-                let w = w + bias[i / plane];
+                let w = clamp.apply(w + bias[i / plane]);
                 assert!(
                     (o.get() - w).abs() <= 1e-5 * (1.0 + w.abs()),
                     "{path}: input {:?} kernel {:?} strides {:?} dilations {:?} pad {:?}+{:?}: output {i} is {} not {w}",

@@ -225,6 +225,47 @@ impl Clamp {
     }
 }
 
+/// Runs `$body` with `$f` the element function of a [`Finish`], chosen
+/// once: a NaN bound (which leaves values as they are) is dropped here
+/// rather than tested for every element, so the loops in `$body` compile
+/// to compares and blends.
+macro_rules! with_finish {
+    ($finish:expr, |$f:ident| $body:expr) => {{
+        let max = |lo: f32| move |a: f32| if a >= lo { a } else { lo };
+        let min = |hi: f32| move |a: f32| if a <= hi { a } else { hi };
+        match $finish {
+            Finish::Clamp(k) => match (k.lo.is_nan(), k.hi.is_nan(), k.max_first) {
+                (true, true, _) => {
+                    let $f = |a: f32| a;
+                    $body
+                }
+                (false, true, _) => {
+                    let $f = max(k.lo);
+                    $body
+                }
+                (true, false, _) => {
+                    let $f = min(k.hi);
+                    $body
+                }
+                (false, false, true) => {
+                    let (max, min) = (max(k.lo), min(k.hi));
+                    let $f = move |a: f32| min(max(a));
+                    $body
+                }
+                (false, false, false) => {
+                    let (max, min) = (max(k.lo), min(k.hi));
+                    let $f = move |a: f32| max(min(a));
+                    $body
+                }
+            },
+            Finish::Keep => {
+                let $f = |a: f32| a;
+                $body
+            }
+        }
+    }};
+}
+
 /// What each element of C goes through once its sum is complete: an
 /// activation merged into the product at setup, applied to the tile in
 /// registers' reach instead of in a pass of its own over memory.
@@ -250,9 +291,10 @@ impl Finish {
     }
 
     /// Applies `self` to every element of `cells`.
+    #[inline(always)]
     pub fn apply(self, cells: &[Cell<f32>]) {
-        if let Finish::Clamp(k) = self {
-            cells.iter().for_each(|c| c.set(k.apply(c.get())));
+        if self != Finish::Keep {
+            with_finish!(self, |f| cells.iter().for_each(|c| c.set(f(c.get()))))
         }
     }
 }
@@ -333,10 +375,9 @@ pub fn gemm_cols(
                     let bpanel = &bpack[bp * kc * NR..(bp + 1) * kc * NR];
                     for (ap, r0) in (0..mc).step_by(MR).enumerate() {
                         let apanel = &apack[ap * kc * MR..(ap + 1) * kc * MR];
-                        let tile = micro_kernel(fma, kc, apanel, bpanel);
-                        let rows = MR.min(mc - r0);
-                        let cols = NR.min(nc - c0);
-                        add_tile(c, &tile, i0 + r0, j0 + c0, rows, cols, finish);
+                        let size = (MR.min(mc - r0), NR.min(nc - c0));
+                        let at = (i0 + r0, j0 + c0);
+                        micro_kernel(fma, kc, apanel, bpanel, c, at, size, finish);
                     }
                 }
             }
@@ -356,10 +397,7 @@ pub(crate) fn add_tile(
     cols: usize,
     finish: Finish,
 ) {
-    match finish {
-        Finish::Keep => add_tile_then(c, tile, (i, j), (rows, cols), |x| x),
-        Finish::Clamp(k) => add_tile_then(c, tile, (i, j), (rows, cols), move |x| k.apply(x)),
-    }
+    with_finish!(finish, |f| add_tile_then(c, tile, (i, j), (rows, cols), f))
 }
 
 #[inline(always)]
@@ -386,10 +424,14 @@ fn add_tile_then(
         let base = c.offset + (i + r) * c.rs + j * c.cs;
         if c.cs == 1 && cols == NR {
             // A whole contiguous row of the tile: one bounds check, and
-            // the adds vectorise.
+            // the adds vectorise (read all, then write all).
             let dst = &c.data[base..base + NR];
-            for (cell, v) in dst.iter().zip(row) {
-                cell.set(f(cell.get() + v));
+            let mut sums = [0f32; NR];
+            for l in 0..NR {
+                sums[l] = f(dst[l].get() + row[l]);
+            }
+            for (cell, v) in dst.iter().zip(sums) {
+                cell.set(v);
             }
             continue;
         }
@@ -444,29 +486,45 @@ pub(crate) fn fma_available() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn tile_product_avx2<A: Load<f32>, B: Load<f32>>(kc: usize, a: A, b: B) -> [[f32; NR]; MR] {
-    tile_product::<true, A, B>(kc, a, b)
+fn micro_kernel_avx2<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): (A, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    finish: Finish,
+) {
+    let tile = tile_product::<true, A, B>(kc, a, b);
+    add_tile(c, &tile, i, j, rows, cols, finish);
 }
 
-/// The `MR × NR` tile of one A panel (`kc × MR`, depth-major) times one B
-/// panel (`kc × NR`), each a packed scratch block or a weight packed at
-/// compile time.
+/// Adds the `MR × NR` tile of one A panel (`kc × MR`, depth-major) times
+/// one B panel (`kc × NR`), each a packed scratch block or a weight packed
+/// at compile time, to C at row `i`, column `j` (its top-left `rows ×
+/// cols`), each sum then through `finish`. With FMA the addition into C
+/// is compiled for AVX2 too, and the tile never leaves the registers.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
     fma: bool,
     kc: usize,
     a: A,
     b: B,
-) -> [[f32; NR]; MR] {
+    c: &Dst<'_>,
+    at: (usize, usize),
+    size: (usize, usize),
+    finish: Finish,
+) {
     #[cfg(target_arch = "x86_64")]
     if fma {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
         // which `fma_available` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { tile_product_avx2(kc, a, b) };
+        return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, finish) };
     }
     let _ = fma;
-    tile_product::<false, A, B>(kc, a, b)
+    let tile = tile_product::<false, A, B>(kc, a, b);
+    add_tile(c, &tile, at.0, at.1, size.0, size.1, finish);
 }
 
 #[cfg(test)]

@@ -269,14 +269,7 @@ pub fn conv(
             row.iter().for_each(|c| c.set(b));
         }
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            if finish == Finish::Keep {
-                return super::depthwise::depthwise(s, x, w, out, p0..p1);
-            }
-            // Plane by plane, each finished while it is still in cache.
-            for p in p0..p1 {
-                super::depthwise::depthwise(s, x, w, out, p..p + 1);
-                finish.apply(&out[p * plane..(p + 1) * plane]);
-            }
+            super::depthwise::depthwise(s, x, w, out, p0..p1, finish)
         }));
     }
     let cols = gemm::share(s.n(), part, parts);

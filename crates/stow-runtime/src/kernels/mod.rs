@@ -39,8 +39,8 @@ mod run;
 
 pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{
-    operand, packable, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR,
-    SCRATCH_BUDGET_ATTR,
+    marked_panels, operand, packable, packed_attr, planned_scratch_threads, prepare,
+    scratch_floats, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
 };
 pub use run::{run_part, splits, Failure, Views, MAX_POOLS};
 
@@ -242,8 +242,8 @@ pub struct MatMul {
     pub b: [usize; 2],
     /// C's strides along m and n.
     pub c: [usize; 2],
-    /// B is a weight stored in panels (`stow.packed`); never with
-    /// `swapped`.
+    /// The weight stored in panels: B (`stow.packed`), or A of a swapped
+    /// product (`stow.packed_left`).
     pub packed: Option<prepacked::Panels>,
     /// A is the second input and B the first: the product is computed
     /// transposed, `Cᵀ = Bᵀ·Aᵀ`, so that the output's contiguous axis is

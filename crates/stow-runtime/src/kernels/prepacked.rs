@@ -21,14 +21,12 @@
 //! packed weights computes bit for bit what one without computes.
 
 use super::cells::Load;
-use super::gemm::{
-    self, add_tile, micro_kernel, round_up, Dst, PackA, PackB, MC, MR, NC, NR, STACK_FLOATS,
-};
+use super::gemm::{self, micro_kernel, round_up, Dst, PackA, PackB, MC, MR, NC, NR, STACK_FLOATS};
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
 
-pub use stow_bundle::format::PACKED_ATTR;
+pub use stow_bundle::format::{PACKED_ATTR, PACKED_LEFT_ATTR};
 
 /// Which operand of its product a packed weight is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,12 +294,14 @@ pub fn gemm_left<L: Load<f32>>(
                     let bpanel = &bpack[bp * kcb * NR..(bp + 1) * kcb * NR];
                     for r0 in (i0..i0 + mc).step_by(MR) {
                         let rows = MR.min(m - r0);
-                        let tile = if rows == MR {
-                            micro_kernel(fma, kcb, a.sub(block + r0 * kcb, kcb * MR), bpanel)
+                        let (at, size) = ((r0, j0 + c0), (rows, NR.min(nc - c0)));
+                        if rows == MR {
+                            let a = a.sub(block + r0 * kcb, kcb * MR);
+                            micro_kernel(fma, kcb, a, bpanel, c, at, size, finish);
                         } else {
-                            micro_kernel(fma, kcb, &tail[..kcb * MR], bpanel)
-                        };
-                        add_tile(c, &tile, r0, j0 + c0, rows, NR.min(nc - c0), finish);
+                            let a = &tail[..kcb * MR];
+                            micro_kernel(fma, kcb, a, bpanel, c, at, size, finish);
+                        }
                     }
                 }
             }
@@ -355,20 +355,14 @@ pub fn gemm_right<L: Load<f32>>(
                     let width = NR.min(n - c0);
                     for (ap, r0) in (0..mc).step_by(MR).enumerate() {
                         let apanel = &apack[ap * kcb * MR..(ap + 1) * kcb * MR];
-                        let tile = if width == NR {
-                            micro_kernel(fma, kcb, apanel, b.sub(block + c0 * kcb, kcb * NR))
+                        let (at, size) = ((i0 + r0, c0), (MR.min(mc - r0), width.min(end - c0)));
+                        if width == NR {
+                            let b = b.sub(block + c0 * kcb, kcb * NR);
+                            micro_kernel(fma, kcb, apanel, b, c, at, size, finish);
                         } else {
-                            micro_kernel(fma, kcb, apanel, &tail[..kcb * NR])
-                        };
-                        add_tile(
-                            c,
-                            &tile,
-                            i0 + r0,
-                            c0,
-                            MR.min(mc - r0),
-                            width.min(end - c0),
-                            finish,
-                        );
+                            let b = &tail[..kcb * NR];
+                            micro_kernel(fma, kcb, apanel, b, c, at, size, finish);
+                        }
                     }
                 }
             }

@@ -7,7 +7,7 @@ use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::linalg::ConvShape;
 use super::nn::{self, AroundAxis, Pool, Reducer, Window};
-use super::prepacked::{self, Panels, Side, PACKED_ATTR};
+use super::prepacked::{self, Panels, Side, PACKED_ATTR, PACKED_LEFT_ATTR};
 use super::{gemm, BinOp, Kernel, Loc, MatMul, Operand, Unary};
 use alloc::string::{String, ToString};
 use alloc::{format, vec, vec::Vec};
@@ -617,6 +617,11 @@ pub fn prepare(
             super::qlinear::prepare(op, ins, outs).map(|(k, s)| (k, budgeted(op, s)))
         }
         "Conv" | "Deconv" => conv(op, ins, outs),
+        // The plain loop reads its operands row-major: never a weight
+        // stored packed.
+        "EinSum" if attr(op, PACKED_ATTR).is_some() || attr(op, PACKED_LEFT_ATTR).is_some() => {
+            einsum(op, ins, outs)
+        }
         "EinSum" => einsum(op, ins, outs).or_else(|product| {
             contraction(op, ins, outs)
                 .map(|k| (k, 0))
@@ -1218,6 +1223,9 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     if let Some(b) = ins.get(2) {
         want(b.len == 1 || b.len == c_out, || "bias size".into())?;
     }
+    want(attr(op, PACKED_LEFT_ATTR).is_none(), || {
+        format!("a convolution carries `{PACKED_LEFT_ATTR}`")
+    })?;
     if deconv {
         want(packed_depth(op)?.is_none(), || {
             "a transposed convolution's kernel cannot be packed".into()
@@ -1247,10 +1255,14 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
 /// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),
 /// or `None` for a weight stored row-major.
 fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
-    match attr(op, PACKED_ATTR) {
+    depth_attr(op, PACKED_ATTR)
+}
+
+fn depth_attr(op: &Op, name: &str) -> Result<Option<usize>, String> {
+    match attr(op, name) {
         None => Ok(None),
         Some(AttrValue::Int(kc)) if *kc >= 1 => Ok(usize::try_from(*kc).ok()),
-        Some(_) => Err(format!("attribute `{PACKED_ATTR}` is not a positive int")),
+        Some(_) => Err(format!("attribute `{name}` is not a positive int")),
     }
 }
 
@@ -1274,6 +1286,38 @@ fn packed_scratch(op: &Op, p: &Panels, other: usize) -> Result<usize, String> {
     Ok(scratch)
 }
 
+/// The layout `op`'s weight operand is stored in as its packing attribute
+/// ([`PACKED_ATTR`] or [`PACKED_LEFT_ATTR`]) says, for operands of these
+/// element types and shapes: `None` without one, or where setup refuses
+/// the operator.
+pub fn marked_panels(
+    op: &Op,
+    inputs: &[(DType, Vec<u64>)],
+    outputs: &[(DType, Vec<u64>)],
+) -> Option<Panels> {
+    let (ins, outs) = (shaped(inputs)?, shaped(outputs)?);
+    let mut trial = op.clone();
+    trial
+        .attributes
+        .retain(|(name, _)| name != SCRATCH_BUDGET_ATTR);
+    match prepare(&trial, &ins, &outs).ok()?.0 {
+        Kernel::Conv(_, Some(p), _) => Some(p),
+        Kernel::MatMul(mm) => mm.packed,
+        _ => None,
+    }
+}
+
+/// The attribute that marks `op_type`'s weight packed as `p` says
+/// ([`PACKED_LEFT_ATTR`] for a product's weight packed as the left
+/// operand, [`PACKED_ATTR`] otherwise).
+pub fn packed_attr(op_type: &str, p: &Panels) -> &'static str {
+    if op_type == "EinSum" && p.side == Side::Left {
+        PACKED_LEFT_ATTR
+    } else {
+        PACKED_ATTR
+    }
+}
+
 /// The layout in which the compiler may store `op`'s weight operand
 /// (input 1) packed, for operands of these element types and shapes:
 /// `Some` for a convolution that is not depthwise and for a product of
@@ -1287,24 +1331,31 @@ pub fn packable(
 ) -> Option<Panels> {
     let (ins, outs) = (shaped(inputs)?, shaped(outputs)?);
     let mut trial = op.clone();
-    trial
-        .attributes
-        .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
+    trial.attributes.retain(|(name, _)| {
+        name != PACKED_ATTR && name != PACKED_LEFT_ATTR && name != SCRATCH_BUDGET_ATTR
+    });
     let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
         Kernel::Conv(s, None, _) => s.k(),
-        // Packing it would undo the swap (its weight is the left operand).
-        Kernel::MatMul(mm) if !mm.swapped => mm.mnk[2],
+        Kernel::MatMul(mm) => mm.mnk[2],
         _ => return None,
     };
-    let kc = depth.clamp(1, gemm::KC);
-    trial
-        .attributes
-        .push((PACKED_ATTR.into(), AttrValue::Int(i64::try_from(kc).ok()?)));
-    trial.attributes.sort_by(|a, b| a.0.cmp(&b.0));
-    match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(_, Some(p), _) => Some(p),
-        Kernel::MatMul(mm) => mm.packed,
-        _ => None,
+    let kc = i64::try_from(depth.clamp(1, gemm::KC)).ok()?;
+    let with = |attr: &str| {
+        let mut marked = trial.clone();
+        marked.attributes.push((attr.into(), AttrValue::Int(kc)));
+        marked.attributes.sort_by(|a, b| a.0.cmp(&b.0));
+        match prepare(&marked, &ins, &outs).ok()?.0 {
+            Kernel::Conv(_, Some(p), _) => Some(p),
+            Kernel::MatMul(mm) => mm.packed,
+            _ => None,
+        }
+    };
+    // A product that can run transposed takes its weight as the left
+    // operand: the image is then packed as contiguous runs and the
+    // output written as whole rows.
+    match op.op_type.as_str() {
+        "EinSum" => with(PACKED_LEFT_ATTR).or_else(|| with(PACKED_ATTR)),
+        _ => with(PACKED_ATTR),
     }
     .filter(Panels::is_dense)
 }
@@ -1399,19 +1450,25 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
     let dims: Vec<usize> = batch.iter().map(|c| size[c]).collect();
     let per = |i: usize| batch.iter().map(|&c| stride(i, c)).collect::<Vec<_>>();
     // Output columns contiguous: tiles are written and the image's
-    // panels read as whole rows. The swapped product's left operand is
-    // packed again for every block of NC columns, so only a weight that
-    // is small next to the image is worth it (at most half the image's
-    // floats in all). A weight packed in a bundle is always the right
-    // operand (docs/FORMAT.md), so a product with one is never swapped,
-    // and the compiler packs no product that would be.
-    let packed_kc = packed_depth(op)?;
-    let swapped = packed_kc.is_none()
-        && mm > 1
-        && nn > 1
-        && cm == 1
-        && cn != 1
-        && nn.saturating_mul(mm.div_ceil(gemm::NC)).saturating_mul(2) <= mm;
+    // panels read as whole rows. Unpacked, the swapped product's left
+    // operand is packed again for every block of NC columns, so only a
+    // weight that is small next to the image is worth it (at most half
+    // the image's floats in all). A weight packed as the left operand
+    // (`stow.packed_left`) is read from the mapping and always swapped;
+    // one packed as the right operand (`stow.packed`) never is.
+    let (right_kc, left_kc) = (packed_depth(op)?, depth_attr(op, PACKED_LEFT_ATTR)?);
+    want(right_kc.is_none() || left_kc.is_none(), || {
+        format!("both `{PACKED_ATTR}` and `{PACKED_LEFT_ATTR}`")
+    })?;
+    let swappable = mm > 1 && nn > 1 && cm == 1 && cn != 1;
+    want(left_kc.is_none() || swappable, || {
+        format!("`{PACKED_LEFT_ATTR}` on a product whose output is not transposed")
+    })?;
+    let swapped = left_kc.is_some()
+        || (right_kc.is_none()
+            && swappable
+            && nn.saturating_mul(mm.div_ceil(gemm::NC)).saturating_mul(2) <= mm);
+    let packed_kc = right_kc.or(left_kc);
     let mm_ = if swapped {
         MatMul {
             batch: Walk::new(&dims, [&per(2), &per(1), &per(0)]).ok_or("too many batch axes")?,
@@ -1454,7 +1511,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
         "the packed weight is not the product's k × n matrix".into()
     })?;
     let p = Panels {
-        side: Side::Right,
+        side: if swapped { Side::Left } else { Side::Right },
         matrices: 1,
         rows: nn,
         depth: kk,

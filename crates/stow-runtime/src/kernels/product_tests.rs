@@ -20,13 +20,30 @@ fn einsum(
     out: &[usize],
     parts: usize,
 ) -> (Vec<f32>, bool) {
-    let op = Op {
+    einsum_with(expr, None, a, b, out, parts)
+}
+
+/// [`einsum`] with b a weight stored packed as `packing` (an attribute
+/// name and depth block) says.
+fn einsum_with(
+    expr: &str,
+    packing: Option<(&str, i64)>,
+    a: (&[usize], &[f32]),
+    b: (&[usize], &[f32]),
+    out: &[usize],
+    parts: usize,
+) -> (Vec<f32>, bool) {
+    let mut op = Op {
         name: "product".into(),
         op_type: "EinSum".into(),
         attributes: vec![("expr".to_string(), AttrValue::Text(expr.into()))],
         inputs: vec![],
         outputs: vec![],
     };
+    if let Some((name, kc)) = packing {
+        op.attributes.push((name.to_string(), AttrValue::Int(kc)));
+        op.attributes.sort_by(|x, y| x.0.cmp(&y.0));
+    }
     let n: usize = out.iter().product();
     let mut arena = vec![0f32; a.1.len() + b.1.len() + n];
     arena[..a.1.len()].copy_from_slice(a.1);
@@ -43,6 +60,13 @@ fn einsum(
     let outs = vec![operand(2, out, c_at)];
     let (kernel, scratch) = prepare(&op, &ins, &outs).expect("a product");
     let swapped = matches!(&kernel, Kernel::MatMul(mm) if mm.swapped);
+    if let Kernel::MatMul(MatMul {
+        packed: Some(p), ..
+    }) = &kernel
+    {
+        let packed = p.pack(b.1).expect("a permutation");
+        arena[a.1.len()..a.1.len() + b.1.len()].copy_from_slice(&packed);
+    }
     let step = Step {
         kernel,
         inputs: ins,
@@ -116,4 +140,79 @@ fn swapped_products_equal_the_unswapped_form() {
         }
     }
     assert_eq!(swaps, 12);
+}
+
+/// A weight packed as the right operand (`stow.packed`, as earlier builds
+/// wrote every packed product) keeps the product unswapped, one packed as
+/// the left operand (`stow.packed_left`) swaps it, whatever the shapes;
+/// both give the bytes of the unpacked product, in 1 to 3 shares. The
+/// left packing is refused where the output is not transposed.
+#[test]
+fn packed_weights_on_either_side_equal_the_unpacked_product() {
+    use super::prepacked::{PACKED_ATTR, PACKED_LEFT_ATTR};
+    for (ci, co, h, w, kc) in [
+        (24, 144, 56, 56, 24),
+        (300, 7, 2, 9, 256),
+        (17, 40, 3, 11, 16),
+    ] {
+        let x: Vec<f32> = (0..ci * h * w).map(|i| value(i, 1)).collect();
+        let wt: Vec<f32> = (0..co * ci).map(|i| value(i, 2)).collect();
+        let shapes = ([ci, h, w], [co, ci], [co, h, w]);
+        for parts in 1..=3 {
+            let run = |packing| {
+                einsum_with(
+                    "ihw,oi->ohw",
+                    packing,
+                    (&shapes.0, &x),
+                    (&shapes.1, &wt),
+                    &shapes.2,
+                    parts,
+                )
+            };
+            // The unpacked product blocks its depth as the packed ones do
+            // when kc is the usual block.
+            let (plain, _) = run(None);
+            let (right, right_swapped) = run(Some((PACKED_ATTR, kc)));
+            let (left, left_swapped) = run(Some((PACKED_LEFT_ATTR, kc)));
+            assert_eq!((right_swapped, left_swapped), (false, true));
+            if kc as usize == ci.min(256) {
+                assert_eq!(right, plain, "{ci}→{co}: right-packed");
+                assert_eq!(left, plain, "{ci}→{co}: left-packed");
+            }
+            for (i, (r, l)) in right.iter().zip(&left).enumerate() {
+                let want: f64 = (0..ci)
+                    .map(|k| {
+                        f64::from(wt[(i / (h * w)) * ci + k])
+                            * f64::from(x[k * h * w + i % (h * w)])
+                    })
+                    .sum();
+                for got in [r, l] {
+                    assert!((f64::from(*got) - want).abs() <= 1e-5 * (1.0 + want.abs()));
+                }
+            }
+        }
+    }
+    // An output whose contiguous axis is the weight's cannot run swapped.
+    let op = Op {
+        name: "product".into(),
+        op_type: "EinSum".into(),
+        attributes: vec![
+            ("expr".to_string(), AttrValue::Text("ik,kj->ij".into())),
+            (PACKED_LEFT_ATTR.to_string(), AttrValue::Int(8)),
+        ],
+        inputs: vec![],
+        outputs: vec![],
+    };
+    let operand = |id, shape: &[usize], at| Operand {
+        id,
+        dtype: DType::F32,
+        shape: shape.to_vec(),
+        len: shape.iter().product(),
+        loc: Loc::Arena(at),
+    };
+    let (ins, outs) = (
+        vec![operand(0, &[5, 8], 0), operand(1, &[8, 7], 160)],
+        vec![operand(2, &[5, 7], 384)],
+    );
+    assert!(prepare(&op, &ins, &outs).is_err());
 }

@@ -633,8 +633,12 @@ fn matmul(
                     cols: n,
                 };
                 // A weight shared by every batch position (setup checked
-                // its batch strides are zero) is read from its panels.
+                // its batch strides are zero) is read from its panels: as
+                // the left operand of a swapped product, else the right.
                 match &mm.packed {
+                    Some(p) if mm.swapped => {
+                        prepacked::gemm_left(p, 0, a, n, &pb, &dst, scratch, cols.clone())
+                    }
                     Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
                     None => gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone()),
                 }
