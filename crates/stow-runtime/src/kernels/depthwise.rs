@@ -39,25 +39,27 @@ const MAX_TAPS: usize = 49;
 const HALF_ROW: usize = 512;
 
 /// Adds the convolution of planes `planes` of `x` with `weight` to `out`
-/// (which holds the bias).
+/// (which holds the bias). `out` starts at output plane `first` (0 for the
+/// whole output; the in-place kernel passes a one-plane temporary).
 pub(super) fn depthwise(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
 ) {
     let Some(band) = Band::of(&s.window) else {
-        return plain(s, x, weight, out, planes);
+        return plain(s, x, weight, out, planes, first);
     };
     #[cfg(target_arch = "x86_64")]
     if super::gemm::fma_available() {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
         // which `fma_available` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { banded_fma(s, &band, x, weight, out, planes) };
+        return unsafe { banded_fma(s, &band, x, weight, out, planes, first) };
     }
-    banded::<false>(s, &band, x, weight, out, planes)
+    banded::<false>(s, &band, x, weight, out, planes, first)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -69,8 +71,9 @@ fn banded_fma(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
 ) {
-    banded::<true>(s, band, x, weight, out, planes)
+    banded::<true>(s, band, x, weight, out, planes, first)
 }
 
 /// How a band of the padded input sits in the buffer: `sy × sx` phase
@@ -215,6 +218,7 @@ fn banded<const FMA: bool>(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
@@ -227,7 +231,7 @@ fn banded<const FMA: bool>(
     for plane in planes {
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
-        let ob = plane * w.output_plane();
+        let ob = (plane - first) * w.output_plane();
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for kz in kz0..kz1 {
@@ -307,6 +311,7 @@ fn plain(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
@@ -317,7 +322,7 @@ fn plain(
     for plane in planes {
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
-        let ob = plane * w.output_plane();
+        let ob = (plane - first) * w.output_plane();
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for oy in 0..oh {
@@ -505,10 +510,12 @@ mod tests {
                 .map(|i| Cell::new(bias[i / plane.max(1)]))
                 .collect();
             match (path, &band) {
-                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3),
-                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3),
-                ("banded", Some(b)) => banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3),
-                ("banded fma", Some(b)) => banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3),
+                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, 0),
+                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, 0),
+                ("banded", Some(b)) => banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3, 0),
+                ("banded fma", Some(b)) => {
+                    banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3, 0)
+                }
                 _ => continue,
             }
             for (i, (o, w)) in out.iter().zip(&want).enumerate() {

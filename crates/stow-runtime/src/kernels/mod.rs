@@ -15,6 +15,7 @@ mod arith;
 pub mod cells;
 pub mod contract;
 mod depthwise;
+pub mod depthwise_inplace;
 pub mod elementwise;
 pub mod float;
 pub mod fourier;
@@ -39,8 +40,8 @@ mod run;
 
 pub(crate) use fuse::fuse_clamps;
 pub use prepare::{
-    operand, packable, planned_scratch_threads, prepare, scratch_floats, SCRATCH_ATTR,
-    SCRATCH_BUDGET_ATTR,
+    operand, packable, planned_scratch_threads, prepare, scratch_floats, IN_PLACE_ATTR,
+    SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
 };
 pub use run::{run_part, splits, Failure, Views, MAX_POOLS};
 
@@ -340,6 +341,9 @@ pub enum Kernel {
     /// Convolution; its kernel weight in panels when packed at compile
     /// time (`stow.packed`).
     Conv(ConvShape, Option<prepacked::Panels>),
+    /// Depthwise convolution writing over its own input
+    /// ([`depthwise_inplace`]): the output starts where the input does.
+    DepthwiseInPlace(ConvShape),
     /// Transposed convolution.
     Deconv(ConvShape),
     /// `x < 0 ? alpha·x : x`.
