@@ -58,7 +58,9 @@ def main():
 def reuse_table(args, models):
     configs = [("all reuse", []), ("no in-place", ["--no-inplace"]), ("no views", ["--no-views"]),
                ("no concat in place", ["--no-concat-inplace"]),
-               ("lifetimes only", ["--no-inplace", "--no-views", "--no-concat-inplace"]),
+               ("no depthwise in place", ["--no-depthwise-inplace"]),
+               ("lifetimes only", ["--no-inplace", "--no-views", "--no-concat-inplace",
+                                   "--no-depthwise-inplace"]),
                ("concurrent branches", ["--concurrent-branches"])]
     print("| model | " + " | ".join(f"{c} B" for c, _ in configs) + " | saved vs lifetimes | bound per order |")
     print("|---|" + "---:|" * (len(configs) + 1) + "---|")

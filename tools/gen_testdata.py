@@ -222,8 +222,39 @@ def upsample_block():
     return b.model("upsample_block", [f32("image", [1, 3, 12, 12])], [f32("classes", [1, 3, 24, 24])])
 
 
+def depthwise_block():
+    """Depthwise convolutions (batch 2) that run in place and ones that may
+    not, in this order: on the graph input (the caller's bytes); stride 1
+    over a dead input (in place); stride 2 with dilation 2 at the peak (in
+    place: a smaller output); a 1×1 convolution (not depthwise); an input
+    an Add reads again; an output plane larger than the input's (1×1
+    kernel with padding); stride 2 away from the peak (in place would hold
+    its input's bytes longer for nothing); a channel multiplier; two
+    groups."""
+    b = Builder(9)
+
+    def dw(x, c, k=3, stride=1, pad=None, dilation=1):
+        pad = (k // 2) * dilation if pad is None else pad
+        return b.op("Conv", [x, b.weight("dw_w", [c, 1, k, k]), b.weight("dw_b", [c], 0.1)],
+                    kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                    dilations=[dilation, dilation], group=c)
+
+    x = dw("image", 8)
+    x = b.op("Resize", [x, "", b.const("scales", np.array([1, 1, 4, 4], np.float32))], mode="nearest")
+    x = dw(b.op("Relu", [x]), 8)
+    x = dw(x, 8, stride=2, dilation=2)
+    x = b.op("Conv", [x, b.weight("reduce_w", [2, 8, 1, 1])], kernel_shape=[1, 1])
+    x = b.op("Add", [dw(x, 2), x])
+    x = dw(x, 2, k=1, pad=1)
+    x = dw(x, 2, stride=2)
+    x = b.op("Conv", [x, b.weight("mult_w", [4, 1, 3, 3])], kernel_shape=[3, 3], pads=[1] * 4, group=2)
+    b.op("Conv", [x, b.weight("group_w", [4, 2, 3, 3])], out="features", kernel_shape=[3, 3], pads=[1] * 4,
+         group=2)
+    return b.model("depthwise_block", [f32("image", [2, 8, 4, 4])], [f32("features", [2, 4, 5, 5])])
+
+
 MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block,
-          upsample_block]
+          upsample_block, depthwise_block]
 
 
 def run_once(path, model):

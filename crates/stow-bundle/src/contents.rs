@@ -68,6 +68,10 @@ pub enum AliasKind {
     View = 2,
     /// A contiguous slice of a concat's output, written by its producer.
     ConcatSlice = 3,
+    /// Written by a depthwise convolution over its dead input, one output
+    /// plane at a time through a one-plane temporary; starts where the
+    /// input starts and is no larger.
+    DepthwiseInPlace = 4,
 }
 
 /// One tensor of the model.
@@ -334,9 +338,14 @@ impl Region {
 impl AliasKind {
     /// The alias kind with this file code (0 is "none" and not a kind).
     pub fn from_code(code: u32) -> Option<AliasKind> {
-        [AliasKind::InPlace, AliasKind::View, AliasKind::ConcatSlice]
-            .into_iter()
-            .find(|k| *k as u32 == code)
+        [
+            AliasKind::InPlace,
+            AliasKind::View,
+            AliasKind::ConcatSlice,
+            AliasKind::DepthwiseInPlace,
+        ]
+        .into_iter()
+        .find(|k| *k as u32 == code)
     }
 }
 
@@ -362,12 +371,14 @@ impl TensorKind {
 }
 
 impl AliasKind {
-    /// Lower-case name (`in-place`, `view`, `concat-slice`).
+    /// Lower-case name (`in-place`, `view`, `concat-slice`,
+    /// `depthwise-in-place`).
     pub fn name(self) -> &'static str {
         match self {
             AliasKind::InPlace => "in-place",
             AliasKind::View => "view",
             AliasKind::ConcatSlice => "concat-slice",
+            AliasKind::DepthwiseInPlace => "depthwise-in-place",
         }
     }
 }

@@ -308,7 +308,8 @@ fn arb_tensor(n: usize) -> impl Strategy<Value = (Tensor, u64, u64)> {
             prop_oneof![
                 Just(AliasKind::InPlace),
                 Just(AliasKind::View),
-                Just(AliasKind::ConcatSlice)
+                Just(AliasKind::ConcatSlice),
+                Just(AliasKind::DepthwiseInPlace)
             ],
             0..n as u32,
         ))

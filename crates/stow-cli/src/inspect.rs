@@ -20,6 +20,7 @@ fn alias_kind_name(k: AliasKind) -> &'static str {
         AliasKind::InPlace => "in_place",
         AliasKind::View => "view",
         AliasKind::ConcatSlice => "concat_slice",
+        AliasKind::DepthwiseInPlace => "depthwise_in_place",
     }
 }
 

@@ -311,6 +311,7 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
             alias_of: t.alias.map(|a| match a {
                 stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
                 stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
+                stow_onnx::Alias::DepthwiseInPlace(of) => (AliasKind::DepthwiseInPlace, of as u32),
                 stow_onnx::Alias::ConcatSlice { concat_output, .. } => {
                     (AliasKind::ConcatSlice, concat_output as u32)
                 }

@@ -35,7 +35,7 @@ pub struct CompileOptions {
     /// Which byte sharing beyond lifetimes the frontend applies (in-place
     /// element-wise ops, zero-copy views, in-place concats, reuse of graph
     /// inputs, concurrent branches). Default: [`ReuseOptions::default`]
-    /// (in place, views and concat slices on; inputs kept; sequential).
+    /// (in place, views, concat slices and depthwise in place on; inputs kept; sequential).
     pub reuse: ReuseOptions,
     /// How to plan the arena: strategy, time limit and capacity. Default:
     /// [`PlanOptions::default`] (`auto`, 1 second, no capacity).

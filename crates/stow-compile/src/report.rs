@@ -16,7 +16,7 @@ pub struct TensorCounts {
     /// Tensors in the arena (every one but the weights).
     pub arena: usize,
     /// Buffers of the planning problem: arena tensors after aliases are
-    /// merged (`arena` minus the three kinds below).
+    /// merged (`arena` minus the four kinds below).
     pub buffers: usize,
     /// Element-wise outputs written over their dead input.
     pub in_place: usize,
@@ -24,6 +24,8 @@ pub struct TensorCounts {
     pub views: usize,
     /// Concat inputs written straight into their slice of the output.
     pub concat_slices: usize,
+    /// Depthwise convolution outputs written over their dead input.
+    pub depthwise_in_place: usize,
 }
 
 impl TensorCounts {
@@ -44,6 +46,7 @@ impl TensorCounts {
             in_place: aliases(|a| matches!(a, Alias::InPlace(_))),
             views: aliases(|a| matches!(a, Alias::View(_))),
             concat_slices: aliases(|a| matches!(a, Alias::ConcatSlice { .. })),
+            depthwise_in_place: aliases(|a| matches!(a, Alias::DepthwiseInPlace(_))),
         }
     }
 }

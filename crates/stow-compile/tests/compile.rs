@@ -94,7 +94,7 @@ fn every_testdata_model_compiles_with_a_report_the_bundle_agrees_with() {
         assert_eq!(t.buffers, compiled.problem().buffers.len(), "{what}");
         assert_eq!(
             t.arena,
-            t.buffers + t.in_place + t.views + t.concat_slices,
+            t.buffers + t.in_place + t.views + t.concat_slices + t.depthwise_in_place,
             "{what}: {t:?}"
         );
         assert!(t.arena < t.total, "{what}: every model has weights");

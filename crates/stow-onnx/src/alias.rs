@@ -12,6 +12,12 @@
 //!   read of it is an ancestor of this step), the input has the output's
 //!   element type and byte size, and the buffer holds no weight, no graph
 //!   output and — unless `reuse_inputs` is set — no graph input.
+//! - **Depthwise in place**: a float depthwise convolution (one input and
+//!   one output channel per group, channels first) writes its output over
+//!   its input under the same conditions as an in-place element-wise op,
+//!   except that the output may be smaller than the input: the kernel
+//!   writes each output plane, through a one-plane temporary, only over
+//!   input planes it has already read (`docs/REUSE.md` gives the proof).
 //! - **Concat slice**: a concat along its outermost non-unit axis is a row of
 //!   contiguous slices; each input's buffer moves into its slice of the
 //!   output's buffer so that its producer writes there and the concat copies
@@ -23,10 +29,12 @@ use crate::dag::{Event, Schedule, StepDag, Usage};
 use crate::graph::{ModelGraph, TensorRole};
 use std::cmp::Reverse;
 use std::collections::HashSet;
-use tract_onnx::prelude::DatumType;
+use stow_runtime::kernels::IN_PLACE_ATTR;
+use tract_onnx::prelude::{DatumType, TypedNode};
 use tract_onnx::tract_core::ops::array::TypedConcat;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
+use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
 
 /// How a tensor shares bytes with another one.
@@ -34,6 +42,9 @@ use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
 pub enum Alias {
     /// Written over the given (dead) input by an element-wise op.
     InPlace(usize),
+    /// Written over the given (dead) input by a depthwise convolution,
+    /// from the input's first byte; never larger than the input.
+    DepthwiseInPlace(usize),
     /// The given tensor's bytes with a new shape.
     View(usize),
     /// A slice of a concat's output: the tensor's producer writes straight
@@ -50,7 +61,7 @@ impl Alias {
     /// The tensor whose bytes are shared.
     pub fn target(self) -> usize {
         match self {
-            Alias::InPlace(t) | Alias::View(t) => t,
+            Alias::InPlace(t) | Alias::View(t) | Alias::DepthwiseInPlace(t) => t,
             Alias::ConcatSlice { concat_output, .. } => concat_output,
         }
     }
@@ -58,7 +69,7 @@ impl Alias {
     /// Where this tensor starts inside the target's bytes.
     pub fn byte_offset(self) -> u64 {
         match self {
-            Alias::InPlace(_) | Alias::View(_) => 0,
+            Alias::InPlace(_) | Alias::View(_) | Alias::DepthwiseInPlace(_) => 0,
             Alias::ConcatSlice { byte_offset, .. } => byte_offset,
         }
     }
@@ -70,6 +81,8 @@ impl Alias {
 pub struct ReuseOptions {
     /// Element-wise ops write over a dead input.
     pub inplace: bool,
+    /// Depthwise convolutions write over their dead input.
+    pub depthwise_inplace: bool,
     /// Reshape-like ops share their input's bytes.
     pub views: bool,
     /// In-place ops may overwrite graph inputs (callers lose their input).
@@ -86,6 +99,7 @@ impl Default for ReuseOptions {
     fn default() -> Self {
         ReuseOptions {
             inplace: true,
+            depthwise_inplace: true,
             views: true,
             reuse_inputs: false,
             concat_inplace: true,
@@ -114,12 +128,37 @@ pub(crate) fn find_aliases(graph: &mut ModelGraph, options: ReuseOptions) {
         None => Schedule::Sequential,
     };
     views_and_in_place(graph, options, &usage, schedule);
+    drop_idle_depthwise(graph);
     if options.concat_inplace {
         concats_in_place(graph, &usage, schedule);
     }
 }
 
-/// Views and in-place element-wise ops, in execution order.
+/// How an op may share its input's bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sharing {
+    View,
+    InPlace,
+    Depthwise,
+}
+
+/// True when `node` is a float depthwise convolution the runtime can run
+/// in place: channels first (planes are contiguous), one input and one
+/// output channel per group, an OIHW kernel.
+fn depthwise(node: &TypedNode) -> bool {
+    let Some(conv) = node.op_as::<Conv>() else {
+        return false;
+    };
+    let spec = &conv.pool_spec;
+    conv.q_params.is_none()
+        && !spec.data_format.c_is_last()
+        && conv.kernel_fmt == KernelFormat::OIHW
+        && conv.group == spec.input_channels
+        && conv.group == spec.output_channels
+}
+
+/// Views, in-place element-wise ops and depthwise convolutions in place,
+/// in execution order.
 fn views_and_in_place(
     graph: &mut ModelGraph,
     options: ReuseOptions,
@@ -144,25 +183,39 @@ fn views_and_in_place(
         let [output] = op.outputs[..] else { continue };
         let node = model.node(op.node);
         let out = &graph.tensors[output];
-        let candidates: Vec<(usize, bool)> = if options.views
+        let candidates: Vec<(usize, Sharing)> = if options.views
             && node
                 .op_as::<AxisOp>()
                 .is_some_and(|a| !matches!(a, AxisOp::Move(..)))
         {
-            op.inputs.first().map(|&i| (i, true)).into_iter().collect()
+            op.inputs
+                .first()
+                .map(|&i| (i, Sharing::View))
+                .into_iter()
+                .collect()
         } else if options.inplace && (node.op_is::<ElementWiseOp>() || node.op_is::<TypedBinOp>()) {
-            op.inputs.iter().map(|&i| (i, false)).collect()
+            op.inputs.iter().map(|&i| (i, Sharing::InPlace)).collect()
+        } else if options.depthwise_inplace && out.dtype == "f32" && depthwise(node) {
+            op.inputs
+                .first()
+                .map(|&i| (i, Sharing::Depthwise))
+                .into_iter()
+                .collect()
         } else {
             continue;
         };
-        for (input, is_view) in candidates {
+        for (input, sharing) in candidates {
             let inp = &graph.tensors[input];
-            if inp.role == TensorRole::Weight || inp.bytes != out.bytes || inp.dtype != out.dtype {
+            let fits = match sharing {
+                Sharing::Depthwise => out.bytes <= inp.bytes,
+                _ => inp.bytes == out.bytes,
+            };
+            if inp.role == TensorRole::Weight || !fits || inp.dtype != out.dtype {
                 continue;
             }
             let r = root[input];
             let buffer = state[r];
-            if !is_view {
+            if sharing != Sharing::View {
                 let dies_here = buffer.last_step == step as u32
                     && match schedule {
                         Schedule::Sequential => true,
@@ -177,18 +230,59 @@ fn views_and_in_place(
                     continue;
                 }
             }
+            // The depthwise kernel writes its output from the input's first
+            // byte; every buffer starts at offset 0 until concats move
+            // them, which happens later.
             root[output] = r;
             let moved = std::mem::take(&mut members[output]);
             members[r].extend(moved);
             let merged = &mut state[r];
             merged.last_step = merged.last_step.max(out.last_step);
             merged.has_output |= out.role == TensorRole::Output;
-            graph.tensors[output].alias = Some(if is_view {
-                Alias::View(input)
-            } else {
-                Alias::InPlace(input)
+            graph.tensors[output].alias = Some(match sharing {
+                Sharing::View => Alias::View(input),
+                Sharing::InPlace => Alias::InPlace(input),
+                Sharing::Depthwise => {
+                    let op = &mut graph.ops[step];
+                    op.attributes
+                        .push((IN_PLACE_ATTR.into(), crate::attrs::Attr::Int(1)));
+                    op.attributes.sort_by(|a, b| a.0.cmp(&b.0));
+                    Alias::DepthwiseInPlace(input)
+                }
             });
             break;
+        }
+    }
+}
+
+/// Undoes each depthwise convolution in place whose output is smaller than
+/// its input unless it lowers the peak of live bytes under the recorded
+/// order. The shared buffer keeps the input's size for as long as the
+/// output (and what is in place of it) lives, so later steps pay for it;
+/// on MobileNetV2 the stride-2 step at the peak gains, the others would
+/// only take room the kernels' scratch can use. Same-size outputs cost
+/// nothing and stay. Undoing one leaves every other decision valid: the
+/// output's buffer keeps the output's readers and graph outputs, and the
+/// input's buffer died at the step.
+fn drop_idle_depthwise(graph: &mut ModelGraph) {
+    for step in 0..graph.ops.len() {
+        let [out] = graph.ops[step].outputs[..] else {
+            continue;
+        };
+        let Some(Alias::DepthwiseInPlace(input)) = graph.tensors[out].alias else {
+            continue;
+        };
+        if graph.tensors[out].bytes == graph.tensors[input].bytes {
+            continue;
+        }
+        let with = graph.sequential_peak();
+        graph.tensors[out].alias = None;
+        if graph.sequential_peak() <= with {
+            graph.ops[step]
+                .attributes
+                .retain(|(k, _)| k != IN_PLACE_ATTR);
+        } else {
+            graph.tensors[out].alias = Some(Alias::DepthwiseInPlace(input));
         }
     }
 }
@@ -320,7 +414,8 @@ fn concats_in_place(graph: &mut ModelGraph, usage: &Usage, schedule: Schedule) {
 /// True when, in the buffer made of `group`, every byte a member reads still
 /// holds the value that member expects: no write lands on a byte between the
 /// write that produced the value and the member's last read, and no op that
-/// is not an in-place element-wise op writes over bytes it reads itself.
+/// is not an in-place element-wise op or depthwise convolution writes over
+/// bytes it reads itself.
 pub(crate) fn group_is_safe(
     graph: &ModelGraph,
     usage: &Usage,
@@ -379,7 +474,10 @@ pub(crate) fn group_is_safe(
         for &p in &graph.ops[step].inputs {
             if in_group.contains(&p)
                 && overlap(range(p), u_range)
-                && graph.tensors[u].alias != Some(Alias::InPlace(p))
+                && !matches!(
+                    graph.tensors[u].alias,
+                    Some(Alias::InPlace(x) | Alias::DepthwiseInPlace(x)) if x == p
+                )
             {
                 return false;
             }
@@ -495,5 +593,136 @@ mod tests {
             assert_eq!(graph.alias_root(i), graph.alias_root(c));
             at += graph.tensors[i].bytes;
         }
+    }
+
+    fn depthwise_block(reuse: ReuseOptions) -> ModelGraph {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/depthwise_block.onnx");
+        load(
+            &path,
+            &LoadOptions {
+                reuse,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    }
+
+    /// Per convolution step, in order, the tensor its output is a
+    /// depthwise alias of.
+    fn depthwise_aliases(graph: &ModelGraph) -> Vec<Option<usize>> {
+        graph
+            .ops
+            .iter()
+            .filter(|op| op.op_type == "Conv")
+            .map(|op| match graph.tensors[op.outputs[0]].alias {
+                Some(Alias::DepthwiseInPlace(x)) => {
+                    assert_eq!(x, op.inputs[0]);
+                    assert!(op
+                        .attributes
+                        .iter()
+                        .any(|(k, v)| k == IN_PLACE_ATTR && *v == crate::Attr::Int(1)));
+                    Some(x)
+                }
+                _ => {
+                    assert!(op.attributes.iter().all(|(k, _)| k != IN_PLACE_ATTR));
+                    None
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn depthwise_in_place_only_where_valid() {
+        // The model's convolutions, in order: on the graph input; stride 1
+        // over a dead input; stride 2, dilation 2 at the peak; (the 1×1
+        // convolution is a product in tract) an input read again; an output plane larger than the
+        // input's; stride 2 away from the peak; a channel multiplier; two
+        // groups.
+        let graph = depthwise_block(ReuseOptions::default());
+        let placed: Vec<bool> = depthwise_aliases(&graph)
+            .iter()
+            .map(Option::is_some)
+            .collect();
+        let want = [true, true, false, false, false, false, false];
+        assert_eq!(placed[1..], want);
+        assert!(!placed[0]);
+        // The two share one buffer with the second convolution's input,
+        // from its first byte.
+        let convs: Vec<usize> = (0..graph.ops.len())
+            .filter(|&s| graph.ops[s].op_type == "Conv")
+            .collect();
+        let root = graph.alias_root(graph.ops[convs[1]].inputs[0]);
+        for &s in &convs[1..3] {
+            let out = graph.ops[s].outputs[0];
+            assert_eq!(graph.alias_root(out), root);
+            assert_eq!(graph.offset_in_buffer(out), 0);
+        }
+        // The caller's input is overwritten only when allowed.
+        let graph = depthwise_block(ReuseOptions {
+            reuse_inputs: true,
+            ..Default::default()
+        });
+        let placed: Vec<bool> = depthwise_aliases(&graph)
+            .iter()
+            .map(Option::is_some)
+            .collect();
+        assert!(placed[0]);
+        assert_eq!(placed[1..], want);
+        let graph = depthwise_block(ReuseOptions {
+            depthwise_inplace: false,
+            ..Default::default()
+        });
+        assert!(depthwise_aliases(&graph).iter().all(Option::is_none));
+    }
+
+    /// Bytes live at each step of the recorded order.
+    fn live(graph: &ModelGraph) -> Vec<u64> {
+        let (problem, _) = graph.problem(1);
+        let mut live = vec![0u64; graph.ops.len()];
+        for b in &problem.buffers {
+            for step in b.lifetime.start..b.lifetime.end.min(graph.ops.len() as u32) {
+                live[step as usize] += b.size;
+            }
+        }
+        live
+    }
+
+    /// Each depthwise step in place needs only its input's bytes, and the
+    /// peak drops; a stride-2 step away from the peak is left a copy.
+    #[test]
+    fn depthwise_in_place_lowers_the_step_to_its_input() {
+        let on = depthwise_block(ReuseOptions::default());
+        let off = depthwise_block(ReuseOptions {
+            depthwise_inplace: false,
+            ..Default::default()
+        });
+        let (live_on, live_off) = (live(&on), live(&off));
+        assert_eq!(on.ops.len(), off.ops.len());
+        for step in 0..on.ops.len() {
+            let op = &on.ops[step];
+            let (x, y) = (&on.tensors[op.inputs[0]], &on.tensors[op.outputs[0]]);
+            if matches!(y.alias, Some(Alias::DepthwiseInPlace(_))) {
+                // Input and output together before; the input alone now.
+                assert_eq!(live_off[step], x.bytes + y.bytes, "step {step}");
+                assert_eq!(live_on[step], x.bytes, "step {step}");
+            }
+        }
+        assert!(on.sequential_peak() < off.sequential_peak());
+        // On the MobileNet blocks the depthwise step is the peak: the
+        // bound itself drops.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../testdata/mobilenet_block.onnx");
+        let bound = |depthwise_inplace| {
+            let options = LoadOptions {
+                reuse: ReuseOptions {
+                    depthwise_inplace,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            load(&path, &options).unwrap().sequential_peak()
+        };
+        assert_eq!((bound(false), bound(true)), (147_456, 98_304));
     }
 }

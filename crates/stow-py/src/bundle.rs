@@ -343,6 +343,7 @@ fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>>
     t.set_item("in_place", r.tensors.in_place)?;
     t.set_item("views", r.tensors.views)?;
     t.set_item("concat_slices", r.tensors.concat_slices)?;
+    t.set_item("depthwise_in_place", r.tensors.depthwise_in_place)?;
     d.set_item("tensors", t)?;
     d.set_item("weight_bytes", r.weight_bytes)?;
     d.set_item("arena_bytes", r.arena_bytes)?;

@@ -46,8 +46,8 @@ fn bundle_name(model: &std::path::Path) -> String {
 /// `set_npz=[path]`, `strategy`, `time_limit` (seconds), `capacity`,
 /// `align`, `threads`, `pack_weights` (`--no-pack-weights` is
 /// `pack_weights=False`), `max_arena`, the reuse switches `inplace`,
-/// `views`, `concat_inplace`, `reuse_inputs`, `concurrent_branches`
-/// (`--no-inplace` is `inplace=False`), and `compare`. Memory pools:
+/// `views`, `concat_inplace`, `depthwise_inplace`, `reuse_inputs`,
+/// `concurrent_branches` (`--no-inplace` is `inplace=False`), and `compare`. Memory pools:
 /// `pools={"sram": 524288, "dram": None}` (`--pool`, fastest first; a dict
 /// in its order or a list of `(name, bytes or None)` pairs, only the last
 /// without a limit), `pins={"tensor or op": "sram"}` (`--pin`) and
@@ -71,6 +71,7 @@ fn bundle_name(model: &std::path::Path) -> String {
     inplace = true,
     views = true,
     concat_inplace = true,
+    depthwise_inplace = true,
     reuse_inputs = false,
     concurrent_branches = false,
     compare = false,
@@ -96,6 +97,7 @@ fn compile<'py>(
     inplace: bool,
     views: bool,
     concat_inplace: bool,
+    depthwise_inplace: bool,
     reuse_inputs: bool,
     concurrent_branches: bool,
     compare: bool,
@@ -122,6 +124,7 @@ fn compile<'py>(
                 views,
                 reuse_inputs,
                 concat_inplace,
+                depthwise_inplace,
                 concurrent_branches,
             },
             compare,

@@ -72,3 +72,49 @@ fn altered_attributes_are_refused_or_run_without_panics() {
     // Both outcomes occur: the checks refuse some, others still run.
     assert!(refused > 100 && ran > 100, "refused {refused}, ran {ran}");
 }
+
+/// A depthwise convolution marked in place whose output no longer starts
+/// at its input (or whose input was moved) is refused at setup: the
+/// kernel would read input planes it had already overwritten.
+#[test]
+fn depthwise_in_place_with_moved_output_is_refused() {
+    let Some(stow) = common::stow_bin("depthwise_in_place_moved") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::compile(&stow, "depthwise_block", dir.path());
+    let bytes = std::fs::read(&path).unwrap();
+    let view = BundleView::parse(&bytes).unwrap();
+    let original = view.contents().clone();
+    let weights: Vec<Vec<u8>> = (0..original.tensors.len() as u32)
+        .map(|id| {
+            view.weight_bytes(id)
+                .map(|w| w.to_vec())
+                .unwrap_or_default()
+        })
+        .collect();
+    let in_place: Vec<usize> = (0..original.ops.len())
+        .filter(|&s| {
+            original.ops[s]
+                .attributes
+                .iter()
+                .any(|(k, v)| k == "stow.in_place" && *v == AttrValue::Int(1))
+        })
+        .collect();
+    assert_eq!(in_place.len(), 2, "the model's two in-place steps");
+    let altered = dir.path().join("moved.stow");
+    for &step in &in_place {
+        let out = original.ops[step].outputs[0] as usize;
+        let x = original.ops[step].inputs[0] as usize;
+        assert_eq!(original.tensors[out].offset, original.tensors[x].offset);
+        let mut c = original.clone();
+        c.tensors[out].offset += 64;
+        write(&altered, &c, &weights);
+        let bundle = Bundle::open(&altered).unwrap();
+        assert!(Session::new(&bundle).is_err(), "step {step}");
+        // The unaltered bundle runs.
+        write(&altered, &original, &weights);
+        let bundle = Bundle::open(&altered).unwrap();
+        Session::new(&bundle).unwrap().run().unwrap();
+    }
+}

@@ -32,6 +32,7 @@ fn thread_counts_give_identical_outputs() {
         "residual_cnn",
         "mobilenet_block",
         "transformer_block",
+        "depthwise_block",
     ] {
         let path = common::compile(&stow, model, dir.path());
         let bundle = Bundle::open(&path).unwrap();

@@ -187,13 +187,14 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
     let t = &r.tensors;
     say!(
         out,
-        "  tensors        {} ({} in the arena: {} buffers, {} in place, {} views, {} concat slices)",
+        "  tensors        {} ({} in the arena: {} buffers, {} in place, {} views, {} concat slices, {} depthwise in place)",
         t.total,
         t.arena,
         t.buffers,
         t.in_place,
         t.views,
-        t.concat_slices
+        t.concat_slices,
+        t.depthwise_in_place
     );
     say!(out, "  weights        {}", human_bytes(r.weight_bytes));
     let by = if r.chosen_by_auto {

@@ -20,6 +20,10 @@ pub struct ReuseArgs {
     /// (the concat copies instead).
     #[arg(long)]
     pub no_concat_inplace: bool,
+    /// Do not let depthwise convolutions write over their dead input (the
+    /// output gets its own buffer).
+    #[arg(long)]
+    pub no_depthwise_inplace: bool,
     /// Plan for parallel branches running at the same time: their tensors
     /// never share bytes, graph outputs are never reused, and the planner
     /// works on an explicit conflict graph.
@@ -35,6 +39,7 @@ impl ReuseArgs {
             views: !self.no_views,
             reuse_inputs: self.reuse_inputs,
             concat_inplace: !self.no_concat_inplace,
+            depthwise_inplace: !self.no_depthwise_inplace,
             concurrent_branches: self.concurrent_branches,
         }
     }

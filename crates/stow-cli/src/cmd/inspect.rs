@@ -42,6 +42,7 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
         AliasKind::InPlace => format!("in place of {other}"),
         AliasKind::View => format!("view of {other}"),
         AliasKind::ConcatSlice => format!("slice of concat {other}"),
+        AliasKind::DepthwiseInPlace => format!("depthwise in place of {other}"),
     })
 }
 

@@ -318,7 +318,7 @@ fn blocks(s: &mut String, l: &Layout<'_>, g: &Geometry) {
 
 fn link_dash(kind: AliasKind) -> &'static str {
     match kind {
-        AliasKind::InPlace => "",
+        AliasKind::InPlace | AliasKind::DepthwiseInPlace => "",
         AliasKind::View => r#" stroke-dasharray="5 3""#,
         AliasKind::ConcatSlice => r#" stroke-dasharray="1 2""#,
     }

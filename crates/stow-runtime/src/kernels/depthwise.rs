@@ -41,30 +41,34 @@ const HALF_ROW: usize = 512;
 
 /// Adds the convolution of planes `planes` of `x` with `weight` to `out`
 /// (which holds the bias), each plane then through `finish` while it is
-/// in cache.
+/// in cache. `out` starts at output plane `first` (0 for the whole output;
+/// the in-place kernel passes a one-plane temporary).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn depthwise(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
     finish: Finish,
 ) {
     let Some(band) = Band::of(&s.window) else {
-        return plain(s, x, weight, out, planes, finish);
+        return plain(s, x, weight, out, planes, first, finish);
     };
     #[cfg(target_arch = "x86_64")]
     if super::gemm::fma_available() {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
         // which `fma_available` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { banded_fma(s, &band, x, weight, out, planes, finish) };
+        return unsafe { banded_fma(s, &band, x, weight, out, planes, first, finish) };
     }
-    banded::<false>(s, &band, x, weight, out, planes, finish)
+    banded::<false>(s, &band, x, weight, out, planes, first, finish)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 fn banded_fma(
     s: &ConvShape,
     band: &Band,
@@ -72,9 +76,10 @@ fn banded_fma(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
     finish: Finish,
 ) {
-    banded::<true>(s, band, x, weight, out, planes, finish)
+    banded::<true>(s, band, x, weight, out, planes, first, finish)
 }
 
 /// How a band of the padded input sits in the buffer: `sy × sx` phase
@@ -212,6 +217,7 @@ fn split_row(even: &mut [f32], odd: &mut [f32], row: impl Load<f32>, pad: usize)
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn banded<const FMA: bool>(
     s: &ConvShape,
     band: &Band,
@@ -219,6 +225,7 @@ fn banded<const FMA: bool>(
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
     finish: Finish,
 ) {
     let w = &s.window;
@@ -232,7 +239,7 @@ fn banded<const FMA: bool>(
     for plane in planes {
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
-        let ob = plane * w.output_plane();
+        let ob = (plane - first) * w.output_plane();
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for kz in kz0..kz1 {
@@ -307,12 +314,14 @@ fn chunks<const FMA: bool, const K: usize>(
 /// taps, one tap at a time over the columns it reaches. Each tap reads a
 /// contiguous run of the input row or, for stride 2, of its even or odd
 /// columns, split once per input row into a buffer on the stack.
+#[allow(clippy::too_many_arguments)]
 fn plain(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
+    first: usize,
     finish: Finish,
 ) {
     let w = &s.window;
@@ -324,7 +333,7 @@ fn plain(
     for plane in planes {
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
-        let ob = plane * w.output_plane();
+        let ob = (plane - first) * w.output_plane();
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for oy in 0..oh {
@@ -521,13 +530,13 @@ mod tests {
                 .map(|i| Cell::new(bias[i / plane.max(1)]))
                 .collect();
             match (path, &band) {
-                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, finish),
-                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, finish),
+                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
+                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
                 ("banded", Some(b)) => {
-                    banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3, finish)
+                    banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3, 0, finish)
                 }
                 ("banded fma", Some(b)) => {
-                    banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3, finish)
+                    banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3, 0, finish)
                 }
                 _ => continue,
             }

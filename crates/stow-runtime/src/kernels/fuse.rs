@@ -167,13 +167,16 @@ pub(crate) fn fuse_clamps(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
 /// The finish of a step that can apply one to its f32 output as its sums
 /// complete: a convolution, or a matrix product whose batch positions
 /// write apart (positions that walk a depth axis add into the same
-/// outputs, whose sums only the last one completes).
-fn finish_of<'s>(step: &'s mut Step<'_>) -> Option<&'s mut Finish> {
+/// outputs, whose sums only the last one completes). A depthwise
+/// convolution in place must write where it reads, so it takes a finish
+/// only when the later step's output lies over its own (`stays`).
+fn finish_of<'s>(step: &'s mut Step<'_>, stays: bool) -> Option<&'s mut Finish> {
     if step.outputs.first()?.dtype != DType::F32 {
         return None;
     }
     match &mut step.kernel {
         Kernel::Conv(_, _, finish) => Some(finish),
+        Kernel::DepthwiseInPlace(_, finish) if stays => Some(finish),
         Kernel::MatMul(mm) => {
             let apart = mm
                 .batch
@@ -204,8 +207,9 @@ pub(crate) fn fuse_activations(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
         {
             continue;
         }
+        let stays = bytes(&second.outputs[0]) == first.outputs.first().and_then(bytes);
         let outputs = second.outputs.clone();
-        let Some(finish) = finish_of(&mut steps[i - 1]) else {
+        let Some(finish) = finish_of(&mut steps[i - 1], stays) else {
             continue;
         };
         if *finish != Finish::Keep {

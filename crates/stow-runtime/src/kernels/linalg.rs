@@ -218,7 +218,7 @@ impl<L: Load<f32>> PackB for Im2col<L> {
 
 /// Bias of output channel `channel`: one value for all, one per
 /// channel, or none.
-fn bias_at(bias: Option<Src<'_, f32>>, channel: usize) -> f32 {
+pub(super) fn bias_at(bias: Option<Src<'_, f32>>, channel: usize) -> f32 {
     match bias {
         Some(b) if b.len() == 1 => b.at(0),
         Some(b) => b.at(channel),
@@ -269,7 +269,7 @@ pub fn conv(
             row.iter().for_each(|c| c.set(b));
         }
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            super::depthwise::depthwise(s, x, w, out, p0..p1, finish)
+            super::depthwise::depthwise(s, x, w, out, p0..p1, 0, finish)
         }));
     }
     let cols = gemm::share(s.n(), part, parts);

@@ -15,6 +15,7 @@ mod arith;
 pub mod cells;
 pub mod contract;
 mod depthwise;
+pub mod depthwise_inplace;
 pub mod elementwise;
 pub mod float;
 pub mod fourier;
@@ -40,7 +41,7 @@ mod run;
 pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{
     marked_panels, operand, packable, packed_attr, planned_scratch_threads, prepare,
-    scratch_floats, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
+    scratch_floats, IN_PLACE_ATTR, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
 };
 pub use run::{run_part, splits, Failure, Views, MAX_POOLS};
 
@@ -335,6 +336,10 @@ pub enum Kernel {
     /// Convolution; its kernel weight in panels when packed at compile
     /// time (`stow.packed`), and an activation merged into it at setup.
     Conv(ConvShape, Option<prepacked::Panels>, gemm::Finish),
+    /// Depthwise convolution writing over its own input
+    /// ([`depthwise_inplace`]): the output starts where the input does;
+    /// an activation merged into it at setup.
+    DepthwiseInPlace(ConvShape, gemm::Finish),
     /// Transposed convolution.
     Deconv(ConvShape),
     /// `x < 0 ? alpha·x : x`.

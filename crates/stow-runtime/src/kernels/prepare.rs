@@ -202,6 +202,11 @@ fn shaped(list: &[(DType, Vec<u64>)]) -> Option<Vec<Operand<'static>>> {
 /// into the arena; the step's last output is then that scratch tensor.
 pub const SCRATCH_ATTR: &str = "stow.scratch";
 
+/// The attribute (int 1) marking a depthwise convolution whose output the
+/// compiler placed over its input (`docs/REUSE.md`): its kernel computes
+/// one plane at a time into scratch and copies it into place.
+pub const IN_PLACE_ATTR: &str = "stow.in_place";
+
 /// The attribute capping a product's or convolution's scratch (floats per
 /// thread) where the arena has less room than its usual blocking needs:
 /// the kernel then packs smaller blocks.
@@ -1232,6 +1237,9 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         })?;
         return Ok((Kernel::Deconv(s), 0));
     }
+    if let Some(flag) = attr(op, IN_PLACE_ATTR) {
+        return in_place(op, flag, s, ins, outs);
+    }
     let Some(kc) = packed_depth(op)? else {
         let scratch = budgeted(op, s.scratch_elems());
         return Ok((Kernel::Conv(s, None, Default::default()), scratch));
@@ -1250,6 +1258,36 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     };
     let scratch = packed_scratch(op, &p, s.n())?;
     Ok((Kernel::Conv(s, Some(p), Default::default()), scratch))
+}
+
+/// A depthwise convolution over its own input: refused unless the output
+/// starts at the input's first byte and each output plane is no larger
+/// than an input plane (the condition under which planes in order only
+/// overwrite input already read).
+fn in_place(
+    op: &Op,
+    flag: &AttrValue,
+    s: ConvShape,
+    ins: &[Operand<'_>],
+    outs: &[Operand<'_>],
+) -> Result<(Kernel, usize), String> {
+    want(matches!(flag, AttrValue::Int(1)), || {
+        format!("attribute `{IN_PLACE_ATTR}` is not the int 1")
+    })?;
+    want(s.depthwise() && packed_depth(op)?.is_none(), || {
+        "only an unpacked depthwise convolution runs in place".into()
+    })?;
+    want(
+        matches!((ins[0].loc, outs[0].loc), (Loc::Arena(x), Loc::Arena(y)) if x == y),
+        || "a convolution in place must start its output at its input".into(),
+    )?;
+    want(s.window.output_plane() <= s.window.input_plane(), || {
+        "an output plane larger than an input plane cannot be in place".into()
+    })?;
+    Ok((
+        Kernel::DepthwiseInPlace(s, gemm::Finish::Keep),
+        super::depthwise_inplace::scratch_elems(&s),
+    ))
 }
 
 /// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),

@@ -134,10 +134,13 @@ macro_rules! by_float {
 /// True for kernels that split their work between threads
 /// ([`run_part`]); the others run whole on one thread.
 pub fn splits(k: &Kernel) -> bool {
-    matches!(
-        k,
-        Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
-    )
+    match k {
+        Kernel::DepthwiseInPlace(s, _) => super::depthwise_inplace::parallel(s),
+        _ => matches!(
+            k,
+            Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
+        ),
+    }
 }
 
 /// Runs share `part` of `parts` of a step that [`splits`] (shares write
@@ -322,6 +325,23 @@ pub fn run_part(
                 *finish,
                 scratch,
                 (part, parts),
+            )
+        }
+        Kernel::DepthwiseInPlace(s, finish) => {
+            let bias = match ins.get(2) {
+                Some(b) => Some(v.src(b)?),
+                None => None,
+            };
+            super::depthwise_inplace::run(
+                s,
+                v.src(&ins[0])?,
+                v.src(&ins[1])?,
+                bias,
+                v.dst(&outs[0])?,
+                *finish,
+                scratch,
+                part,
+                parts,
             )
         }
         Kernel::Deconv(s) => {

@@ -15,7 +15,7 @@ pub fn write(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
 
 /// The testdata models that compile without `--dim` (all but
 /// `symbolic_batch`).
-pub const FIXED_SHAPE_MODELS: [&str; 7] = [
+pub const FIXED_SHAPE_MODELS: [&str; 8] = [
     "mlp",
     "two_branch",
     "residual_cnn",
@@ -23,6 +23,7 @@ pub const FIXED_SHAPE_MODELS: [&str; 7] = [
     "mobilenet_block",
     "transformer_block",
     "upsample_block",
+    "depthwise_block",
 ];
 
 /// The repository root.

@@ -1,0 +1,236 @@
+//! A depthwise convolution whose output sits over its input (the compiler's
+//! `depthwise-in-place` alias, `docs/REUSE.md`).
+//!
+//! Planes (image × channel, in memory order) are computed one at a time
+//! into a one-plane temporary and then copied to their place. With `P`
+//! planes of `IP` input and `OP ≤ IP` output elements, output plane `p`
+//! lands on elements `[p·OP, (p+1)·OP)`, which lie before `(p+1)·IP`: only
+//! input planes `0..=p` are overwritten, and those were read completely
+//! before (plane `p` itself into the temporary). When the planes are the
+//! same size (`OP = IP`), output plane `p` covers input plane `p` exactly,
+//! so threads may take disjoint runs of planes, each with its own
+//! temporary; a smaller output makes a later plane land on an earlier one
+//! another thread may not have read yet, so that case runs in plane order
+//! on one thread.
+
+use super::cells::Src;
+use super::gemm::Finish;
+use super::linalg::{bias_at, ConvShape};
+use core::cell::Cell;
+
+/// True when threads may split the planes: each output plane covers its
+/// own input plane and nothing else.
+pub fn parallel(s: &ConvShape) -> bool {
+    s.window.output_plane() == s.window.input_plane()
+}
+
+/// Scratch floats per thread: one output plane.
+pub fn scratch_elems(s: &ConvShape) -> usize {
+    s.window.output_plane()
+}
+
+/// Runs share `part` of `parts` of the convolution of `x` into `out`,
+/// where `out` starts at `x`'s first element, each output then through
+/// `finish`; `temp` holds at least one output plane. A step that is not
+/// [`parallel`] runs whole as part 0.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    s: &ConvShape,
+    x: Src<'_, f32>,
+    weight: Src<'_, f32>,
+    bias: Option<Src<'_, f32>>,
+    out: &[Cell<f32>],
+    finish: Finish,
+    temp: &[Cell<f32>],
+    part: usize,
+    parts: usize,
+) {
+    let planes = s.batch * s.groups;
+    let (p0, p1) = if parallel(s) {
+        let per = planes.div_ceil(parts.max(1));
+        ((part * per).min(planes), ((part + 1) * per).min(planes))
+    } else if part == 0 {
+        (0, planes)
+    } else {
+        return;
+    };
+    let plane = s.window.output_plane();
+    let Some(temp) = temp.get(..plane) else {
+        return;
+    };
+    for p in p0..p1 {
+        let b = bias_at(bias, p % s.groups);
+        temp.iter().for_each(|c| c.set(b));
+        crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+            super::depthwise::depthwise(s, x, w, temp, p..p + 1, p, finish)
+        }));
+        for (o, t) in out[p * plane..(p + 1) * plane].iter().zip(temp) {
+            o.set(t.get());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::nn::Window;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// A small deterministic generator (xorshift), so that the cases are
+    /// many and reproducible without a dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn value(&mut self) -> f32 {
+            (self.below(2001) as f32 - 1000.0) / 500.0
+        }
+    }
+
+    /// A random depthwise shape: batch 1–3, 1–7 channels, planes up to
+    /// 40 × 40, kernels 1–5, strides 1–2, dilations 1–2, any padding, and
+    /// now and then a 3-d window; a third of them "same" (odd kernels,
+    /// stride 1, centred padding: output planes as large as the input's,
+    /// the case threads split).
+    fn random_shape(rng: &mut Rng) -> Option<ConvShape> {
+        let deep = rng.below(6) == 0;
+        let same = rng.below(3) == 0;
+        let mut input = [1; 3];
+        let mut kernel = [1; 3];
+        let mut strides = [1; 3];
+        let mut dilations = [1; 3];
+        let mut pad = [0; 3];
+        let mut pad_after = [0; 3];
+        for a in usize::from(!deep)..3 {
+            input[a] = 1 + rng.below(if a == 0 { 6 } else { 40 });
+            kernel[a] = 1 + rng.below(5);
+            strides[a] = 1 + rng.below(2);
+            dilations[a] = 1 + rng.below(2);
+            pad[a] = rng.below(3);
+            pad_after[a] = rng.below(3);
+            if same {
+                kernel[a] = 1 + 2 * rng.below(3);
+                strides[a] = 1;
+                pad[a] = dilations[a] * (kernel[a] - 1) / 2;
+                pad_after[a] = pad[a];
+            }
+        }
+        let mut output = [1; 3];
+        for a in 0..3 {
+            let reach = dilations[a] * (kernel[a] - 1) + 1;
+            let span = (input[a] + pad[a] + pad_after[a]).checked_sub(reach)?;
+            output[a] = span / strides[a] + 1;
+        }
+        let channels = 1 + rng.below(7);
+        Some(ConvShape {
+            batch: 1 + rng.below(3),
+            groups: channels,
+            in_per_group: 1,
+            out_per_group: 1,
+            window: Window {
+                planes: channels,
+                input,
+                output,
+                kernel,
+                strides,
+                dilations,
+                pad,
+                pad_after,
+            },
+        })
+        // Padding may make the output larger than the input: such a step
+        // is never in place.
+        .filter(|s| s.window.output_plane() <= s.window.input_plane())
+    }
+
+    /// The in-place kernel over one buffer gives the same bits as the
+    /// out-of-place one over two, for 1–3 threads (each part run in
+    /// turn, the parallel case in reverse too: parts of a parallel step
+    /// touch disjoint planes, so their order cannot matter).
+    #[test]
+    fn in_place_matches_out_of_place() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let (mut cases, mut strided, mut parallel_cases) = (0, 0, 0);
+        while cases < 300 {
+            let Some(s) = random_shape(&mut rng) else {
+                continue;
+            };
+            let w = &s.window;
+            let planes = s.batch * s.groups;
+            let x: Vec<f32> = (0..planes * w.input_plane()).map(|_| rng.value()).collect();
+            let weight: Vec<f32> = (0..s.groups * w.kernel.iter().product::<usize>())
+                .map(|_| rng.value())
+                .collect();
+            let bias: Vec<f32> = (0..s.groups).map(|_| rng.value()).collect();
+            // Every other case with a clamp merged in.
+            let finish = if cases % 2 == 0 {
+                Finish::Keep
+            } else {
+                Finish::Clamp(crate::kernels::gemm::Clamp {
+                    lo: -1.0,
+                    hi: 1.0,
+                    max_first: false,
+                })
+            };
+            let want: Vec<Cell<f32>> = vec![Cell::new(f32::NAN); planes * w.output_plane()];
+            super::super::linalg::conv(
+                &s,
+                None,
+                Src::Weight(&x),
+                Src::Weight(&weight),
+                Some(Src::Weight(&bias)),
+                &want,
+                finish,
+                &[],
+                (0, 1),
+            );
+            for parts in 1..=3 {
+                let buffer: Vec<Cell<f32>> = x.iter().map(|&v| Cell::new(v)).collect();
+                let temps: Vec<Vec<Cell<f32>>> = (0..parts)
+                    .map(|_| vec![Cell::new(f32::NAN); scratch_elems(&s)])
+                    .collect();
+                let order: Vec<usize> = if parallel(&s) && parts > 1 {
+                    (0..parts).rev().collect()
+                } else {
+                    (0..parts).collect()
+                };
+                for part in order {
+                    run(
+                        &s,
+                        Src::Arena(&buffer),
+                        Src::Weight(&weight),
+                        Some(Src::Weight(&bias)),
+                        &buffer[..want.len()],
+                        finish,
+                        &temps[part],
+                        part,
+                        parts,
+                    );
+                }
+                for (i, (got, want)) in buffer.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        got.get().to_bits(),
+                        want.get().to_bits(),
+                        "{s:?}, {parts} parts: element {i}"
+                    );
+                }
+            }
+            cases += 1;
+            strided += usize::from(w.strides.contains(&2));
+            parallel_cases += usize::from(parallel(&s));
+        }
+        assert!(
+            strided > 50 && parallel_cases > 50,
+            "{strided} strided, {parallel_cases} parallel"
+        );
+    }
+}
