@@ -214,19 +214,33 @@ impl Contents {
     }
 
     /// The header flags these contents need: [`FLAG_POOLS`] with pools,
-    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`].
+    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`], and
+    /// [`FLAG_PACKED_INT8`] too when one such operator's weight is u8 or i8.
     ///
     /// [`FLAG_POOLS`]: crate::format::FLAG_POOLS
     /// [`FLAG_PACKED`]: crate::format::FLAG_PACKED
+    /// [`FLAG_PACKED_INT8`]: crate::format::FLAG_PACKED_INT8
     /// [`PACKED_ATTR`]: crate::format::PACKED_ATTR
     pub fn flags(&self) -> u32 {
-        use crate::format::{FLAG_PACKED, FLAG_POOLS, PACKED_ATTR};
+        use crate::format::{FLAG_PACKED, FLAG_PACKED_INT8, FLAG_POOLS, PACKED_ATTR};
         let pools = if self.pools.is_empty() { 0 } else { FLAG_POOLS };
-        let packed = self
+        let mut packed = self
             .ops
             .iter()
-            .any(|op| op.attributes.iter().any(|(name, _)| name == PACKED_ATTR));
-        pools | if packed { FLAG_PACKED } else { 0 }
+            .filter(|op| op.attributes.iter().any(|(name, _)| name == PACKED_ATTR));
+        let mut flags = pools;
+        if packed.clone().next().is_some() {
+            flags |= FLAG_PACKED;
+        }
+        let int8 = |id: &u32| {
+            self.tensors
+                .get(*id as usize)
+                .is_some_and(|t| matches!(t.dtype, DType::U8 | DType::I8))
+        };
+        if packed.any(|op| op.inputs.get(1).is_some_and(int8)) {
+            flags |= FLAG_PACKED_INT8;
+        }
+        flags
     }
 }
 

@@ -32,8 +32,13 @@ pub const FLAG_POOLS: u32 = 1;
 /// attribute [`PACKED_ATTR`]). Old readers reject the flag rather than
 /// run a kernel over weights in an order it does not expect.
 pub const FLAG_PACKED: u32 = 2;
+/// Header flag, with [`FLAG_PACKED`]: some packed weights are int8 (u8 or
+/// i8), stored as the panels of the int8 products. Readers that packed
+/// only float weights reject the flag rather than run an int8 product
+/// over a weight they take for row-major.
+pub const FLAG_PACKED_INT8: u32 = 4;
 /// Flags this version understands: any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED;
+pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_INT8;
 /// The operator attribute (int: the depth block) marking a product or
 /// convolution whose weight operand (input 1) is stored packed; the
 /// layout is in docs/FORMAT.md, "Packed weights".

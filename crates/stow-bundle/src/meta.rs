@@ -196,12 +196,13 @@ pub(crate) fn decode(
         pools,
     };
     // The pools flag was matched with the POOLS section before.
-    let packed = contents.flags() & crate::format::FLAG_PACKED;
-    if packed != header.flags & crate::format::FLAG_PACKED {
+    let mask = crate::format::FLAG_PACKED | crate::format::FLAG_PACKED_INT8;
+    let packed = contents.flags() & mask;
+    if packed != header.flags & mask {
         return Err(BundleError::MetadataVsHeader {
             field: "flags (packed weights)",
             metadata: packed.into(),
-            header: (header.flags & crate::format::FLAG_PACKED).into(),
+            header: (header.flags & mask).into(),
         });
     }
     check_refs(&contents)?;

@@ -60,8 +60,8 @@ pub fn unsupported_version() -> Vec<BundleError> {
 
 pub fn unknown_flags() -> Vec<BundleError> {
     vec![expect!(
-        err(&with_header(|h| h.flags = 4)),
-        BundleError::UnknownFlags { flags: 4, known: 3 }
+        err(&with_header(|h| h.flags = 8)),
+        BundleError::UnknownFlags { flags: 8, known: 7 }
     )]
 }
 

@@ -47,12 +47,16 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
 
 /// The names of the header's flags, e.g. ` (pools, packed weights)`.
 fn flag_names(flags: u32) -> String {
-    use stow_bundle::format::{FLAG_PACKED, FLAG_POOLS};
-    let names: Vec<&str> = [(FLAG_POOLS, "pools"), (FLAG_PACKED, "packed weights")]
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|&(_, name)| name)
-        .collect();
+    use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_INT8, FLAG_POOLS};
+    let names: Vec<&str> = [
+        (FLAG_POOLS, "pools"),
+        (FLAG_PACKED, "packed weights"),
+        (FLAG_PACKED_INT8, "int8 among them"),
+    ]
+    .iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|&(_, name)| name)
+    .collect();
     if names.is_empty() {
         String::new()
     } else {

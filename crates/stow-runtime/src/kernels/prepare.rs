@@ -210,7 +210,7 @@ pub const SCRATCH_BUDGET_ATTR: &str = "stow.scratch_budget";
 /// The scratch `op`'s product kernel takes: `usual`, or less (down to
 /// none: it then packs small blocks on the stack) where the compiler set
 /// a [`SCRATCH_BUDGET_ATTR`].
-fn budgeted(op: &Op, usual: usize) -> usize {
+pub(super) fn budgeted(op: &Op, usual: usize) -> usize {
     match attr(op, SCRATCH_BUDGET_ATTR) {
         Some(AttrValue::Int(budget)) if *budget >= 0 => {
             usual.min(usize::try_from(*budget).unwrap_or(usize::MAX))
@@ -1246,7 +1246,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
 
 /// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),
 /// or `None` for a weight stored row-major.
-fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
+pub(super) fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
     match attr(op, PACKED_ATTR) {
         None => Ok(None),
         Some(AttrValue::Int(kc)) if *kc >= 1 => Ok(usize::try_from(*kc).ok()),
@@ -1279,7 +1279,9 @@ fn packed_scratch(op: &Op, p: &Panels, other: usize) -> Result<usize, String> {
 /// `Some` for a convolution that is not depthwise and for a product of
 /// more than one row by a weight shared by every batch position. Its depth
 /// block is [`gemm::KC`] (at most the depth); see
-/// [`gemm::depth_within`] for a kernel short of scratch.
+/// [`gemm::depth_within`] for a kernel short of scratch. For a quantized
+/// product, `Some` where an i8 weight gives the lanes of the int8 kernels
+/// ([`Side::Quads`], the whole depth in one block).
 pub fn packable(
     op: &Op,
     inputs: &[(DType, Vec<u64>)],
@@ -1290,13 +1292,14 @@ pub fn packable(
     trial
         .attributes
         .retain(|(name, _)| name != PACKED_ATTR && name != SCRATCH_BUDGET_ATTR);
-    let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(s, None) => s.k(),
+    let kc = match prepare(&trial, &ins, &outs).ok()?.0 {
+        Kernel::Conv(s, None) => s.k().clamp(1, gemm::KC),
         // Packing it would undo the swap (its weight is the left operand).
-        Kernel::MatMul(mm) if !mm.swapped => mm.mnk[2],
+        Kernel::MatMul(mm) if !mm.swapped => mm.mnk[2].clamp(1, gemm::KC),
+        // The int8 kernels take the whole depth at once.
+        Kernel::QProduct(q) => q.lanes_weight(ins.get(1)?)?.kc,
         _ => return None,
     };
-    let kc = depth.clamp(1, gemm::KC);
     trial
         .attributes
         .push((PACKED_ATTR.into(), AttrValue::Int(i64::try_from(kc).ok()?)));
@@ -1304,6 +1307,7 @@ pub fn packable(
     match prepare(&trial, &ins, &outs).ok()?.0 {
         Kernel::Conv(_, Some(p)) => Some(p),
         Kernel::MatMul(mm) => mm.packed,
+        Kernel::QProduct(q) => q.packed_weight(),
         _ => None,
     }
     .filter(Panels::is_dense)
