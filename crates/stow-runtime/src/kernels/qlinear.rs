@@ -276,9 +276,18 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, u
     };
     let packed = fast::Plan::of(&sum, &channels);
     let scratch = packed.as_ref().map_or(0, fast::Plan::scratch_floats);
-    let weight = match packed_depth(op)? {
-        None => None,
-        Some(kc) => Some(Box::new(packed_weight(op, ins, packed.as_ref(), kc, scratch)?)),
+    let (weight, scratch) = match packed_depth(op)? {
+        None => (None, scratch),
+        // A packed weight's panels are read in place but for a short last
+        // one: one panel of scratch, and the rows.
+        Some(kc) => {
+            let one = packed
+                .as_ref()
+                .map_or(0, |p| fast::scratch_floats(p.depth(), 1));
+            let scratch = scratch.min(one);
+            let p = packed_weight(op, ins, packed.as_ref(), kc, scratch)?;
+            (Some(Box::new(p)), scratch)
+        }
     };
     let kernel = QProduct {
         sum,

@@ -566,6 +566,11 @@ impl Plan {
         })
     }
 
+    /// Depth of the sums.
+    pub(super) fn depth(&self) -> usize {
+        self.k
+    }
+
     /// Scratch floats per thread.
     pub(super) fn scratch_floats(&self) -> usize {
         scratch_floats(self.k, self.lanes.len())

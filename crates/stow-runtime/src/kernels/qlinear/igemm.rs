@@ -312,16 +312,27 @@ pub fn product<O: Operands>(
     let scratch_panel = |b: usize| &panel_buf[b * nq * NR..(b + 1) * nq * NR];
     let mut sums = [[0i32; NR]; NB];
     let mut mapped: [Option<&[u32]>; NB] = [None; NB];
+    // The scratch panel each panel of a block was packed into: panels read
+    // in place take none, so a block holds up to NB of them whatever the
+    // scratch.
+    let mut slot = [0usize; NB];
     let mut p = panels.start;
     while p < panels.end {
-        let count = nb.min(panels.end - p);
-        for (b, s) in sums.iter_mut().enumerate().take(count) {
-            let j0 = (p + b) * NR;
-            mapped[b] = ops.packed_lanes(j0).filter(|m| m.len() == nq * NR);
-            *s = match mapped[b] {
+        let (mut count, mut used) = (0, 0);
+        while count < NB && p + count < panels.end {
+            let j0 = (p + count) * NR;
+            let m = ops.packed_lanes(j0).filter(|m| m.len() == nq * NR);
+            sums[count] = match m {
                 Some(m) => lane_sums(isa, O::LANES_UNSIGNED, m),
-                None => ops.pack_lanes(j0, scratch_panel(b)),
+                None if used < nb => {
+                    slot[count] = used;
+                    used += 1;
+                    ops.pack_lanes(j0, scratch_panel(slot[count]))
+                }
+                None => break,
             };
+            mapped[count] = m;
+            count += 1;
         }
         for i0 in (0..ops.rows()).step_by(MR) {
             let direct = ops.direct_rows(i0).map(Direct);
@@ -333,9 +344,9 @@ pub fn product<O: Operands>(
                 let lu = O::LANES_UNSIGNED;
                 let raw = match (&direct, mapped[b]) {
                     (Some(d), Some(m)) => tile_of(isa, lu, m, d, nq),
-                    (Some(d), None) => tile_of(isa, lu, scratch_panel(b), d, nq),
+                    (Some(d), None) => tile_of(isa, lu, scratch_panel(slot[b]), d, nq),
                     (None, Some(m)) => tile_of(isa, lu, m, &Packed(row_buf), nq),
-                    (None, None) => tile_of(isa, lu, scratch_panel(b), &Packed(row_buf), nq),
+                    (None, None) => tile_of(isa, lu, scratch_panel(slot[b]), &Packed(row_buf), nq),
                 };
                 emit(Done {
                     i0,
