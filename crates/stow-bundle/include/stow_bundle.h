@@ -32,7 +32,11 @@
  * their weight packed as the left operand of the transposed product
  * (docs/FORMAT.md, "Packed weights"). */
 #define STOW_FLAG_PACKED_LEFT 4u
-#define STOW_KNOWN_FLAGS (STOW_FLAG_POOLS | STOW_FLAG_PACKED | STOW_FLAG_PACKED_LEFT)
+/* Header flag, set with STOW_FLAG_PACKED: some packed weights are u8 or i8,
+ * stored as the int8 products' panels (docs/FORMAT.md, "Packed weights"). */
+#define STOW_FLAG_PACKED_INT8 8u
+#define STOW_KNOWN_FLAGS \
+    (STOW_FLAG_POOLS | STOW_FLAG_PACKED | STOW_FLAG_PACKED_LEFT | STOW_FLAG_PACKED_INT8)
 #define STOW_HEADER_LEN 64u
 #define STOW_SECTION_ENTRY_LEN 32u
 #define STOW_TENSOR_RECORD_LEN 64u

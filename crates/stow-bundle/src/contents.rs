@@ -220,31 +220,43 @@ impl Contents {
     }
 
     /// The header flags these contents need: [`FLAG_POOLS`] with pools,
-    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`],
-    /// [`FLAG_PACKED_LEFT`] when one carries [`PACKED_LEFT_ATTR`].
+    /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`] (and
+    /// [`FLAG_PACKED_INT8`] too when one such operator's weight is u8 or
+    /// i8), [`FLAG_PACKED_LEFT`] when one carries [`PACKED_LEFT_ATTR`].
     ///
     /// [`FLAG_POOLS`]: crate::format::FLAG_POOLS
     /// [`FLAG_PACKED`]: crate::format::FLAG_PACKED
     /// [`FLAG_PACKED_LEFT`]: crate::format::FLAG_PACKED_LEFT
+    /// [`FLAG_PACKED_INT8`]: crate::format::FLAG_PACKED_INT8
     /// [`PACKED_ATTR`]: crate::format::PACKED_ATTR
     /// [`PACKED_LEFT_ATTR`]: crate::format::PACKED_LEFT_ATTR
     pub fn flags(&self) -> u32 {
         use crate::format::{
-            FLAG_PACKED, FLAG_PACKED_LEFT, FLAG_POOLS, PACKED_ATTR, PACKED_LEFT_ATTR,
+            FLAG_PACKED, FLAG_PACKED_INT8, FLAG_PACKED_LEFT, FLAG_POOLS, PACKED_ATTR,
+            PACKED_LEFT_ATTR,
         };
         let pools = if self.pools.is_empty() { 0 } else { FLAG_POOLS };
-        let carried = |attr: &str, flag: u32| {
-            let any = self
-                .ops
+        let carrying = |attr: &'static str| {
+            self.ops
                 .iter()
-                .any(|op| op.attributes.iter().any(|(name, _)| name == attr));
-            if any {
-                flag
-            } else {
-                0
-            }
+                .filter(move |op| op.attributes.iter().any(|(name, _)| name == attr))
         };
-        pools | carried(PACKED_ATTR, FLAG_PACKED) | carried(PACKED_LEFT_ATTR, FLAG_PACKED_LEFT)
+        let mut flags = pools;
+        if carrying(PACKED_ATTR).next().is_some() {
+            flags |= FLAG_PACKED;
+        }
+        if carrying(PACKED_LEFT_ATTR).next().is_some() {
+            flags |= FLAG_PACKED_LEFT;
+        }
+        let int8 = |id: &u32| {
+            self.tensors
+                .get(*id as usize)
+                .is_some_and(|t| matches!(t.dtype, DType::U8 | DType::I8))
+        };
+        if carrying(PACKED_ATTR).any(|op| op.inputs.get(1).is_some_and(int8)) {
+            flags |= FLAG_PACKED_INT8;
+        }
+        flags
     }
 }
 

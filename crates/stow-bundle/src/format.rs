@@ -38,8 +38,13 @@ pub const FLAG_PACKED: u32 = 2;
 /// [`FLAG_PACKED`] reject the flag rather than read those panels as the
 /// right operand's.
 pub const FLAG_PACKED_LEFT: u32 = 4;
+/// Header flag, with [`FLAG_PACKED`]: some packed weights are int8 (u8 or
+/// i8), stored as the panels of the int8 products. Readers that packed
+/// only float weights reject the flag rather than run an int8 product
+/// over a weight they take for row-major.
+pub const FLAG_PACKED_INT8: u32 = 8;
 /// Flags this version understands: any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_LEFT;
+pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_LEFT | FLAG_PACKED_INT8;
 /// The operator attribute (int: the depth block) marking a product or
 /// convolution whose weight operand (input 1) is stored packed; the
 /// layout is in docs/FORMAT.md, "Packed weights".

@@ -196,19 +196,22 @@ pub(crate) fn decode(
         pools,
     };
     // The pools flag was matched with the POOLS section before.
-    for (flag, field) in [
-        (crate::format::FLAG_PACKED, "flags (packed weights)"),
+    for (mask, field) in [
+        (
+            crate::format::FLAG_PACKED | crate::format::FLAG_PACKED_INT8,
+            "flags (packed weights)",
+        ),
         (
             crate::format::FLAG_PACKED_LEFT,
             "flags (weights packed as left operands)",
         ),
     ] {
-        let packed = contents.flags() & flag;
-        if packed != header.flags & flag {
+        let packed = contents.flags() & mask;
+        if packed != header.flags & mask {
             return Err(BundleError::MetadataVsHeader {
                 field,
                 metadata: packed.into(),
-                header: (header.flags & flag).into(),
+                header: (header.flags & mask).into(),
             });
         }
     }

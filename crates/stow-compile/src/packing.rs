@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use stow_bundle::DType;
 use stow_onnx::{Attr, ModelGraph, TensorRole};
 use stow_runtime::kernels::gemm;
-use stow_runtime::kernels::prepacked::{Panels, PACKED_ATTR, PACKED_LEFT_ATTR};
+use stow_runtime::kernels::prepacked::{Panels, Side, PACKED_ATTR, PACKED_LEFT_ATTR};
 use stow_runtime::kernels::SCRATCH_BUDGET_ATTR;
 
 /// Operand element types and shapes of step `step`'s inputs and outputs.
@@ -38,23 +38,24 @@ fn operands(graph: &ModelGraph, step: usize) -> Result<(Shapes, Shapes), Content
 
 /// The layout step `step`'s weight operand would be packed in: `Some` when
 /// its kernel reads packed weights ([`stow_runtime::kernels::packable`])
-/// and input 1 is an f32 weight that no other step reads.
+/// and input 1 is a weight that no other step reads.
 fn candidate(graph: &ModelGraph, step: usize) -> Result<Option<Panels>, ContentsError> {
     let op = &graph.ops[step];
     let Some(&weight) = op.inputs.get(1) else {
         return Ok(None);
     };
-    let is_f32_weight = graph
+    // f32 for the float kernels, i8 for the int8 products' lanes.
+    let is_weight = graph
         .tensors
         .get(weight)
-        .is_some_and(|t| t.role == TensorRole::Weight && t.dtype == "f32");
+        .is_some_and(|t| t.role == TensorRole::Weight && (t.dtype == "f32" || t.dtype == "i8"));
     let readers = graph
         .ops
         .iter()
         .flat_map(|o| &o.inputs)
         .filter(|&&id| id == weight)
         .count();
-    if !is_f32_weight || readers != 1 || graph.outputs.contains(&weight) {
+    if !is_weight || readers != 1 || graph.outputs.contains(&weight) {
         return Ok(None);
     }
     let (ins, outs) = operands(graph, step)?;
@@ -135,6 +136,17 @@ pub(crate) fn fit_depth_block(
     let Some(p) = marked_layout(graph, step)? else {
         return Ok(());
     };
+    if p.side == Side::Quads {
+        // The int8 panels are never cut into depth blocks; a step whose
+        // scratch cannot hold one (nor the kernel's stack) keeps its
+        // weight row-major, for the reference loops.
+        if !stow_runtime::kernels::qlinear::packed_fits(p.depth, budget) {
+            graph.ops[step]
+                .attributes
+                .retain(|(name, _)| name != PACKED_ATTR);
+        }
+        return Ok(());
+    }
     let mut row_major = bundle_op(&graph.ops[step]);
     row_major
         .attributes
@@ -181,11 +193,16 @@ fn bytes(values: &[f32]) -> Vec<u8> {
 pub fn stored_bytes<'a>(raw: &'a [u8], layout: Option<&Panels>) -> Option<Cow<'a, [u8]>> {
     match layout {
         None => Some(Cow::Borrowed(raw)),
+        // One byte per element.
+        Some(p) if p.side == Side::Quads => Some(Cow::Owned(p.pack(raw)?)),
         Some(p) => Some(Cow::Owned(bytes(&p.pack(&floats(raw))?))),
     }
 }
 
 /// A packed weight's bytes back in the model's row-major order.
 pub fn unpacked_bytes(stored: &[u8], layout: &Panels) -> Option<Vec<u8>> {
+    if layout.side == Side::Quads {
+        return layout.unpack(stored);
+    }
     Some(bytes(&layout.unpack(&floats(stored))?))
 }

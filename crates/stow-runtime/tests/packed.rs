@@ -6,10 +6,19 @@
 
 mod common;
 
-use stow_bundle::format::FLAG_PACKED;
+use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_INT8};
 use stow_bundle::Region;
 use stow_runtime::kernels::prepacked::Side;
 use stow_runtime::{Bundle, Session};
+
+/// Quantized models of testdata/regress (made with
+/// onnxruntime.quantization by tools/gen_regress.py).
+const QUANTIZED_MODELS: [&str; 4] = [
+    "regress/qdq_mlp/model",
+    "regress/qdq_cnn/model",
+    "regress/qoperator_gemm/model",
+    "regress/qdq_activations/model",
+];
 
 fn outputs(bundle: &Bundle, threads: usize) -> Vec<Vec<u8>> {
     let mut session = Session::with_threads(bundle, threads).unwrap();
@@ -30,98 +39,141 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Compiles `model` (a name under testdata) packed and with
+/// `--no-pack-weights`, checks that every packed weight is its row-major
+/// weight permuted and that both bundles give the same output bytes on one
+/// thread and on two; the sides of the weights it packed.
+fn packed_like_row_major(stow: &std::path::Path, model: &str) -> Vec<Side> {
+    let packed_dir = tempfile::tempdir().unwrap();
+    let plain_dir = tempfile::tempdir().unwrap();
+    let mut sides = Vec::new();
+    let packed = Bundle::open(&common::compile(stow, model, packed_dir.path())).unwrap();
+    let plain = Bundle::open(&common::compile_with(
+        stow,
+        model,
+        plain_dir.path(),
+        &["--no-pack-weights"],
+    ))
+    .unwrap();
+    assert_eq!(plain.header().flags & FLAG_PACKED, 0, "{model}");
+    let (pc, rc) = (packed.contents(), plain.contents());
+    assert_eq!(pc.tensors.len(), rc.tensors.len(), "{model}");
+    for (id, t) in pc.tensors.iter().enumerate() {
+        if t.region != Region::Weights {
+            continue;
+        }
+        let id = id as u32;
+        let (stored, row_major) = (
+            packed.weight_bytes(id).unwrap(),
+            plain.weight_bytes(id).unwrap(),
+        );
+        assert_eq!(stored.len(), row_major.len(), "{model}: weight {}", t.name);
+        let Some((op, kc)) = pc.packed_reader(id) else {
+            assert_eq!(stored, row_major, "{model}: row-major weight {}", t.name);
+            continue;
+        };
+        // The stored weight is the row-major one permuted, and the
+        // layout the runtime reads takes it back.
+        let inputs: Vec<_> = op
+            .inputs
+            .iter()
+            .map(|&i| {
+                (
+                    pc.tensors[i as usize].dtype,
+                    pc.tensors[i as usize].shape.clone(),
+                )
+            })
+            .collect();
+        // The step's last output is its kernel scratch, if planned.
+        let scratch = usize::from(stow_runtime::kernels::planned_scratch_threads(op) > 0);
+        let outputs: Vec<_> = op.outputs[..op.outputs.len() - scratch]
+            .iter()
+            .map(|&i| {
+                (
+                    pc.tensors[i as usize].dtype,
+                    pc.tensors[i as usize].shape.clone(),
+                )
+            })
+            .collect();
+        let layout = stow_runtime::kernels::packable(op, &inputs, &outputs)
+            .unwrap_or_else(|| panic!("{model}: {} is marked packed but not packable", op.name))
+            .with_depth_block(kc as usize);
+        assert_eq!(layout.kc, kc as usize, "{model}: {}", op.name);
+        if layout.side == Side::Quads {
+            // One byte per element.
+            assert_eq!(
+                layout.unpack(stored).unwrap(),
+                row_major,
+                "{model}: {}",
+                t.name
+            );
+        } else {
+            let back = layout.unpack(&floats(stored)).unwrap();
+            assert_eq!(back, floats(row_major), "{model}: weight {}", t.name);
+        }
+        // (A single panel as deep as the weight may be its row-major
+        // order already.)
+        let order: Vec<u32> = (0..layout.len() as u32).collect();
+        if layout.pack(&order).unwrap() != order {
+            assert_ne!(
+                stored, row_major,
+                "{model}: weight {} is stored unchanged",
+                t.name
+            );
+        }
+        sides.push(layout.side);
+    }
+    let flags = packed.header().flags;
+    assert_eq!(
+        flags & FLAG_PACKED != 0,
+        !sides.is_empty(),
+        "{model}: flag and packed weights disagree"
+    );
+    assert_eq!(
+        flags & FLAG_PACKED_INT8 != 0,
+        sides.contains(&Side::Quads),
+        "{model}: int8 flag and packed int8 weights disagree"
+    );
+    for threads in [1, 2] {
+        assert_eq!(
+            outputs(&packed, threads),
+            outputs(&plain, threads),
+            "{model}, {threads} threads: packed and row-major bundles differ"
+        );
+    }
+    sides
+}
+
 #[test]
 fn packed_bundles_run_bit_for_bit_like_row_major_ones() {
     let Some(stow) = common::stow_bin("packed_bundles_run_bit_for_bit_like_row_major_ones") else {
         return;
     };
-    let packed_dir = tempfile::tempdir().unwrap();
-    let plain_dir = tempfile::tempdir().unwrap();
-    let mut sides = Vec::new();
-    for model in common::FIXED_SHAPE_MODELS {
-        let packed = Bundle::open(&common::compile(&stow, model, packed_dir.path())).unwrap();
-        let plain = Bundle::open(&common::compile_with(
-            &stow,
-            model,
-            plain_dir.path(),
-            &["--no-pack-weights"],
-        ))
-        .unwrap();
-        assert_eq!(plain.header().flags & FLAG_PACKED, 0, "{model}");
-        let (pc, rc) = (packed.contents(), plain.contents());
-        assert_eq!(pc.tensors.len(), rc.tensors.len(), "{model}");
-        let mut count = 0;
-        for (id, t) in pc.tensors.iter().enumerate() {
-            if t.region != Region::Weights {
-                continue;
-            }
-            let id = id as u32;
-            let (stored, row_major) = (
-                packed.weight_bytes(id).unwrap(),
-                plain.weight_bytes(id).unwrap(),
-            );
-            assert_eq!(stored.len(), row_major.len(), "{model}: weight {}", t.name);
-            let Some((op, kc)) = pc.packed_reader(id) else {
-                assert_eq!(stored, row_major, "{model}: row-major weight {}", t.name);
-                continue;
-            };
-            count += 1;
-            // The stored weight is the row-major one permuted, and the
-            // layout the runtime reads takes it back.
-            let inputs: Vec<_> = op
-                .inputs
-                .iter()
-                .map(|&i| {
-                    (
-                        pc.tensors[i as usize].dtype,
-                        pc.tensors[i as usize].shape.clone(),
-                    )
-                })
-                .collect();
-            // The step's last output is its kernel scratch, if planned.
-            let scratch = usize::from(stow_runtime::kernels::planned_scratch_threads(op) > 0);
-            let outputs: Vec<_> = op.outputs[..op.outputs.len() - scratch]
-                .iter()
-                .map(|&i| {
-                    (
-                        pc.tensors[i as usize].dtype,
-                        pc.tensors[i as usize].shape.clone(),
-                    )
-                })
-                .collect();
-            let layout = stow_runtime::kernels::packable(op, &inputs, &outputs)
-                .unwrap_or_else(|| panic!("{model}: {} is marked packed but not packable", op.name))
-                .with_depth_block(kc as usize);
-            assert_eq!(layout.kc, kc as usize, "{model}: {}", op.name);
-            let back = layout.unpack(&floats(stored)).unwrap();
-            assert_eq!(back, floats(row_major), "{model}: weight {}", t.name);
-            if layout.rows > 1 && layout.depth > 1 {
-                assert_ne!(
-                    stored, row_major,
-                    "{model}: weight {} is stored unchanged",
-                    t.name
-                );
-            }
-            sides.push(layout.side);
-        }
-        assert_eq!(
-            packed.header().flags & FLAG_PACKED != 0,
-            count > 0,
-            "{model}: flag and packed weights disagree"
-        );
-        for threads in [1, 2] {
-            assert_eq!(
-                outputs(&packed, threads),
-                outputs(&plain, threads),
-                "{model}, {threads} threads: packed and row-major bundles differ"
-            );
-        }
-    }
+    let sides: Vec<Side> = common::FIXED_SHAPE_MODELS
+        .iter()
+        .flat_map(|model| packed_like_row_major(&stow, model))
+        .collect();
     // The sample models pack both convolution kernels and product weights.
     assert!(
         sides.contains(&Side::Left) && sides.contains(&Side::Right),
         "{sides:?}"
     );
+}
+
+/// The quantized sample models: their products' i8 weights are stored as
+/// the int8 kernels' panels, and run bit for bit like row-major ones.
+#[test]
+fn packed_int8_weights_run_bit_for_bit_like_row_major_ones() {
+    let Some(stow) = common::stow_bin("packed_int8_weights_run_bit_for_bit_like_row_major_ones")
+    else {
+        return;
+    };
+    let mut packed_int8 = 0;
+    for model in QUANTIZED_MODELS {
+        let sides = packed_like_row_major(&stow, model);
+        packed_int8 += sides.iter().filter(|&&s| s == Side::Quads).count();
+    }
+    assert!(packed_int8 >= 2, "{packed_int8} int8 weights packed");
 }
 
 #[test]

@@ -223,6 +223,18 @@ pub fn metadata_vs_header() -> Vec<BundleError> {
                 header: 0
             }
         ),
+        // The int8 flag without an operator reading a packed u8 or i8
+        // weight.
+        expect!(
+            err(&with_header(
+                |h| h.flags = stow_bundle::format::FLAG_PACKED_INT8
+            )),
+            BundleError::MetadataVsHeader {
+                field: "flags (packed weights)",
+                metadata: 0,
+                header: 8
+            }
+        ),
     ]
 }
 

@@ -60,8 +60,11 @@ pub fn unsupported_version() -> Vec<BundleError> {
 
 pub fn unknown_flags() -> Vec<BundleError> {
     vec![expect!(
-        err(&with_header(|h| h.flags = 8)),
-        BundleError::UnknownFlags { flags: 8, known: 7 }
+        err(&with_header(|h| h.flags = 16)),
+        BundleError::UnknownFlags {
+            flags: 16,
+            known: 15
+        }
     )]
 }
 

@@ -48,10 +48,11 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
 
 /// The names of the header's flags, e.g. ` (pools, packed weights)`.
 fn flag_names(flags: u32) -> String {
-    use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_LEFT, FLAG_POOLS};
+    use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_INT8, FLAG_PACKED_LEFT, FLAG_POOLS};
     let names: Vec<&str> = [
         (FLAG_POOLS, "pools"),
         (FLAG_PACKED, "packed weights"),
+        (FLAG_PACKED_INT8, "int8 among them"),
         (FLAG_PACKED_LEFT, "weights packed as left operands"),
     ]
     .iter()

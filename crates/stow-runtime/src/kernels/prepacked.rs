@@ -22,6 +22,7 @@
 
 use super::cells::Load;
 use super::gemm::{self, micro_kernel, round_up, Dst, PackA, PackB, MC, MR, NC, NR, STACK_FLOATS};
+use super::qlinear::igemm;
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
@@ -35,6 +36,10 @@ pub enum Side {
     Left,
     /// The right operand: panels of [`NR`] columns (a `MatMul` weight).
     Right,
+    /// The lanes of a quantized product ([`super::qlinear::igemm`]): one
+    /// byte per element, panels of [`igemm::NR`] columns, the depth in
+    /// quads of four bytes per column, never cut into blocks.
+    Quads,
 }
 
 impl Side {
@@ -43,6 +48,7 @@ impl Side {
         match self {
             Side::Left => MR,
             Side::Right => NR,
+            Side::Quads => igemm::NR,
         }
     }
 
@@ -52,6 +58,7 @@ impl Side {
         match self {
             Side::Left => NR,
             Side::Right => MR,
+            Side::Quads => igemm::MR,
         }
     }
 }
@@ -106,6 +113,20 @@ impl Panels {
     /// a panel, depth-major (`d`, then the panel's lines).
     pub fn index(&self, g: usize, r: usize, d: usize) -> usize {
         let width = self.side.width();
+        if self.side == Side::Quads {
+            // Quads of the depth one after another; in a quad, each
+            // line's (up to) four bytes. A full panel of a depth in whole
+            // quads is then exactly what the int8 kernels read.
+            let (panel, rr) = (r / width, r % width);
+            let lines = width.min(self.rows - panel * width);
+            let (quad, dd) = (d / 4, d % 4);
+            let depths = 4.min(self.depth - 4 * quad);
+            return g * self.rows * self.depth
+                + panel * width * self.depth
+                + 4 * quad * lines
+                + rr * depths
+                + dd;
+        }
         let (block, dd) = (d / self.kc, d % self.kc);
         let kcb = self.kc.min(self.depth - block * self.kc);
         let (panel, rr) = (r / width, r % width);
@@ -122,12 +143,12 @@ impl Panels {
     }
 
     /// The weight `src` (row-major, as the model holds it) in this layout.
-    pub fn pack(&self, src: &[f32]) -> Option<Vec<f32>> {
+    pub fn pack<T: Copy + Default>(&self, src: &[T]) -> Option<Vec<T>> {
         self.permute(src, true)
     }
 
     /// The row-major weight back from its packed form.
-    pub fn unpack(&self, packed: &[f32]) -> Option<Vec<f32>> {
+    pub fn unpack<T: Copy + Default>(&self, packed: &[T]) -> Option<Vec<T>> {
         self.permute(packed, false)
     }
 
@@ -152,11 +173,11 @@ impl Panels {
         true
     }
 
-    fn permute(&self, from: &[f32], packing: bool) -> Option<Vec<f32>> {
+    fn permute<T: Copy + Default>(&self, from: &[T], packing: bool) -> Option<Vec<T>> {
         if from.len() != self.len() || self.kc == 0 || !self.is_dense() {
             return None;
         }
-        let mut to = alloc::vec![0f32; self.len()];
+        let mut to = alloc::vec![T::default(); self.len()];
         for g in 0..self.matrices {
             for r in 0..self.rows {
                 for d in 0..self.depth {
@@ -178,6 +199,8 @@ pub fn scratch_elems(p: &Panels, other: usize) -> usize {
     let (width, most) = match p.side {
         Side::Left => (NR, NC),
         Side::Right => (MR, MC),
+        // Not a float kernel's: the int8 product plans its own scratch.
+        Side::Quads => (igemm::MR, MC),
     };
     p.side.width() * p.kc + round_up(other.clamp(1, most), width) * p.kc
 }

@@ -215,7 +215,7 @@ pub const SCRATCH_BUDGET_ATTR: &str = "stow.scratch_budget";
 /// The scratch `op`'s product kernel takes: `usual`, or less (down to
 /// none: it then packs small blocks on the stack) where the compiler set
 /// a [`SCRATCH_BUDGET_ATTR`].
-fn budgeted(op: &Op, usual: usize) -> usize {
+pub(super) fn budgeted(op: &Op, usual: usize) -> usize {
     match attr(op, SCRATCH_BUDGET_ATTR) {
         Some(AttrValue::Int(budget)) if *budget >= 0 => {
             usual.min(usize::try_from(*budget).unwrap_or(usize::MAX))
@@ -619,6 +619,9 @@ pub fn prepare(
             super::qpointwise::prepare_pool(attr_int(op, "channels_last")? != 0, ins, outs)
         }
         "EinSum" | "Conv" if attr(op, "q_params").is_some() => {
+            want(attr(op, PACKED_LEFT_ATTR).is_none(), || {
+                format!("a quantized product carries `{PACKED_LEFT_ATTR}`")
+            })?;
             super::qlinear::prepare(op, ins, outs).map(|(k, s)| (k, budgeted(op, s)))
         }
         "Conv" | "Deconv" => conv(op, ins, outs),
@@ -1292,7 +1295,7 @@ fn in_place(
 
 /// The depth block of a weight packed at compile time ([`PACKED_ATTR`]),
 /// or `None` for a weight stored row-major.
-fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
+pub(super) fn packed_depth(op: &Op) -> Result<Option<usize>, String> {
     depth_attr(op, PACKED_ATTR)
 }
 
@@ -1341,6 +1344,7 @@ pub fn marked_panels(
     match prepare(&trial, &ins, &outs).ok()?.0 {
         Kernel::Conv(_, Some(p), _) => Some(p),
         Kernel::MatMul(mm) => mm.packed,
+        Kernel::QProduct(q) => q.packed_weight(),
         _ => None,
     }
 }
@@ -1361,7 +1365,9 @@ pub fn packed_attr(op_type: &str, p: &Panels) -> &'static str {
 /// `Some` for a convolution that is not depthwise and for a product of
 /// more than one row by a weight shared by every batch position. Its depth
 /// block is [`gemm::KC`] (at most the depth); see
-/// [`gemm::depth_within`] for a kernel short of scratch.
+/// [`gemm::depth_within`] for a kernel short of scratch. For a quantized
+/// product, `Some` where an i8 weight gives the lanes of the int8 kernels
+/// ([`Side::Quads`], the whole depth in one block).
 pub fn packable(
     op: &Op,
     inputs: &[(DType, Vec<u64>)],
@@ -1372,12 +1378,14 @@ pub fn packable(
     trial.attributes.retain(|(name, _)| {
         name != PACKED_ATTR && name != PACKED_LEFT_ATTR && name != SCRATCH_BUDGET_ATTR
     });
-    let depth = match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(s, None, _) => s.k(),
-        Kernel::MatMul(mm) => mm.mnk[2],
+    let kc = match prepare(&trial, &ins, &outs).ok()?.0 {
+        Kernel::Conv(s, None, _) => s.k().clamp(1, gemm::KC),
+        Kernel::MatMul(mm) => mm.mnk[2].clamp(1, gemm::KC),
+        // The int8 kernels take the whole depth at once.
+        Kernel::QProduct(q) => q.lanes_weight(ins.get(1)?)?.kc,
         _ => return None,
     };
-    let kc = i64::try_from(depth.clamp(1, gemm::KC)).ok()?;
+    let kc = i64::try_from(kc).ok()?;
     let with = |attr: &str| {
         let mut marked = trial.clone();
         marked.attributes.push((attr.into(), AttrValue::Int(kc)));
@@ -1385,11 +1393,12 @@ pub fn packable(
         match prepare(&marked, &ins, &outs).ok()?.0 {
             Kernel::Conv(_, Some(p), _) => Some(p),
             Kernel::MatMul(mm) => mm.packed,
+            Kernel::QProduct(q) => q.packed_weight(),
             _ => None,
         }
     };
-    // A product that can run transposed takes its weight as the left
-    // operand: the image is then packed as contiguous runs and the
+    // A float product that can run transposed takes its weight as the
+    // left operand: the image is then packed as contiguous runs and the
     // output written as whole rows.
     match op.op_type.as_str() {
         "EinSum" => with(PACKED_LEFT_ATTR).or_else(|| with(PACKED_ATTR)),

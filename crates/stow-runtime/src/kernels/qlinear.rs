@@ -49,10 +49,11 @@ use super::cells::Src;
 use super::contract::{self, Contraction};
 use super::layout::strides_of;
 use super::linalg::ConvShape;
-use super::prepare::{attr_text, conv_shape, want};
+use super::prepacked::Panels;
+use super::prepare::{attr_text, budgeted, conv_shape, packed_depth, want};
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
-use alloc::{format, string::String, vec::Vec};
+use alloc::{boxed::Box, format, string::String, vec::Vec};
 use core::cell::Cell;
 use stow_bundle::{DType, Op};
 
@@ -128,6 +129,10 @@ pub struct QProduct {
     channels: Channels,
     /// How the packed path walks it, if it can.
     packed: Option<fast::Plan>,
+    /// The layout of b when the compiler stored it packed: the panels the
+    /// packed path reads, which the reference loops cannot. (Boxed: most
+    /// kernels are smaller.)
+    weight: Option<Box<Panels>>,
 }
 
 /// A quantized convolution: tract's `Conv` with `q_params`.
@@ -271,15 +276,67 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, u
     };
     let packed = fast::Plan::of(&sum, &channels);
     let scratch = packed.as_ref().map_or(0, fast::Plan::scratch_floats);
+    let (weight, scratch) = match packed_depth(op)? {
+        None => (None, scratch),
+        // A packed weight's panels are read in place but for a short last
+        // one: one panel of scratch, and the rows.
+        Some(kc) => {
+            let one = packed
+                .as_ref()
+                .map_or(0, |p| fast::scratch_floats(p.depth(), 1));
+            let scratch = scratch.min(one);
+            let p = packed_weight(op, ins, packed.as_ref(), kc, scratch)?;
+            (Some(Box::new(p)), scratch)
+        }
+    };
     let kernel = QProduct {
         sum,
         channels,
         packed,
+        weight,
     };
     Ok((Kernel::QProduct(kernel), scratch))
 }
 
+/// The layout of a product's weight (b) that the compiler stored packed
+/// with depth block `kc`: the lanes' panels of the packed path, which must
+/// then always run (with `scratch` floats, or on its stack), since the
+/// reference loops read b row-major.
+fn packed_weight(
+    op: &Op,
+    ins: &[Operand<'_>],
+    plan: Option<&fast::Plan>,
+    kc: usize,
+    scratch: usize,
+) -> Result<Panels, String> {
+    let p = plan
+        .and_then(|plan| plan.lanes_weight(ins[B].len))
+        .ok_or("a weight packed where b does not give the product's lanes")?;
+    want(ins[B].dtype == DType::I8, || {
+        format!(
+            "a packed weight of type {}; handled: i8",
+            ins[B].dtype.name()
+        )
+    })?;
+    want(kc == p.kc, || {
+        format!(
+            "weight packed with depth block {kc}; an int8 weight's is the whole depth, {}",
+            p.kc
+        )
+    })?;
+    want(packed_fits(p.depth, budgeted(op, scratch)), || {
+        format!(
+            "weight packed with depth {}, too deep for the scratch planned",
+            p.depth
+        )
+    })?;
+    Ok(p)
+}
+
 fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usize), String> {
+    want(packed_depth(op)?.is_none(), || {
+        "a quantized convolution's kernel is never packed".into()
+    })?;
     let shape = conv_shape(op, &ins[A], &ins[B], out)?;
     let c_out = shape.groups * shape.out_per_group;
     // Output element o is in channel (o / plane) % c_out (NCHW or CHW).
@@ -307,6 +364,14 @@ fn conv(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, usiz
     };
     let scratch = fast::scratch_floats(shape.k(), shape.n());
     Ok((Kernel::QConv(QConv { shape, channels }), scratch))
+}
+
+/// True when a product whose i8 weight is packed as its lanes' panels,
+/// of depth `depth`, runs with `floats` of scratch per thread: the packed
+/// path must (the reference loops read the weight row-major), in that
+/// scratch or on its stack.
+pub fn packed_fits(depth: usize, floats: usize) -> bool {
+    fast::runs_in(depth, floats)
 }
 
 /// ONNX's requantisation of accumulator `acc` (bias included) with the
@@ -566,6 +631,19 @@ fn signed(o: &Operand<'_>) -> bool {
 }
 
 impl QProduct {
+    /// The layout b would be packed in, if it is an i8 weight (`b`) that
+    /// gives the lanes of the packed path and that path can always run.
+    pub(super) fn lanes_weight(&self, b: &Operand<'_>) -> Option<Panels> {
+        let plan = self.packed.as_ref()?;
+        let p = plan.lanes_weight(b.len)?;
+        (b.dtype == DType::I8 && packed_fits(p.depth, plan.scratch_floats())).then_some(p)
+    }
+
+    /// The layout of b, when the bundle stores it packed.
+    pub(super) fn packed_weight(&self) -> Option<Panels> {
+        self.weight.as_deref().copied()
+    }
+
     /// Runs share `part` of `parts` of the product of `ins` into `out`:
     /// packed through `scratch` where it suffices, else the reference
     /// loops on share 0 alone.
@@ -582,9 +660,15 @@ impl QProduct {
         let (a, b) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
         let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));
         let isa = igemm::Isa::detect();
-        let fast = !reference_only();
-        if fast && self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts) || part != 0 {
+        // A packed weight is only read by the packed path, which setup
+        // checked has room.
+        let fast = !reference_only() || self.weight.is_some();
+        let done = fast && self.run_packed(isa, a, b, dom, &q, &out, scratch, part, parts);
+        if done || part != 0 {
             return Ok(());
+        }
+        if self.weight.is_some() {
+            return Err(Failure::View(ins[B].id));
         }
         narrow_pair!(v, &ins[A], &ins[B], |a, b| product_loop(
             &self.sum, a, b, &q, &out

@@ -24,7 +24,7 @@
 //! | 6 | the output's scale | |
 //! | 7 | the output's zero point (the output's type) | |
 
-use super::cells::{Load, Src};
+use super::cells::{map_row, Load, Src};
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::prepare::want;
 use super::qlinear::IntSrc;
@@ -249,6 +249,30 @@ fn pair(v: &Views<'_>, ins: &[Operand<'_>], scale: usize) -> Result<(f32, f32), 
     Ok((s, z as f32))
 }
 
+/// The parameters of a `QLinearAdd` or `QLinearMul` and its formula.
+#[derive(Clone, Copy)]
+struct Formula {
+    combine: Combine,
+    a: (f32, f32),
+    b: (f32, f32),
+    c: (f32, f32),
+    bounds: (f32, f32),
+}
+
+impl Formula {
+    /// The output value of one pair of inputs (already in range).
+    #[inline(always)]
+    fn one(&self, xa: f32, xb: f32) -> f32 {
+        let x = (xa - self.a.1) * self.a.0;
+        let w = (xb - self.b.1) * self.b.0;
+        let r = match self.combine {
+            Combine::Add => x + w,
+            Combine::Mul => x * w,
+        };
+        quantize(r, self.c.0, self.c.1, self.bounds)
+    }
+}
+
 impl QBinary {
     /// Runs the operator over `ins` into `out`.
     pub fn run(
@@ -258,18 +282,13 @@ impl QBinary {
         out: &Operand<'_>,
     ) -> Result<(), Failure> {
         let (a, b) = (IntSrc::of(v, &ins[0])?, IntSrc::of(v, &ins[3])?);
-        let ((a_s, a_z), (b_s, b_z), (c_s, c_z)) =
-            (pair(v, ins, 1)?, pair(v, ins, 4)?, pair(v, ins, 6)?);
         let y = NarrowOut::of(v, out)?;
-        let bounds = y.range();
-        let one = |xa: f32, xb: f32| {
-            let x = (xa - a_z) * a_s;
-            let w = (xb - b_z) * b_s;
-            let r = match self.combine {
-                Combine::Add => x + w,
-                Combine::Mul => x * w,
-            };
-            quantize(r, c_s, c_z, bounds)
+        let f = Formula {
+            combine: self.combine,
+            a: pair(v, ins, 1)?,
+            b: pair(v, ins, 4)?,
+            c: pair(v, ins, 6)?,
+            bounds: y.range(),
         };
         // u8 and i8 operands (all that QDQ models give) run with their
         // types known, so that contiguous rows vectorise; the same
@@ -283,9 +302,10 @@ impl QBinary {
             };
         }
         if let (Some(a), Some(b)) = (NarrowSrc::of(a), NarrowSrc::of(b)) {
+            let isa = super::qlinear::igemm::Isa::detect();
             typed!(a, |a| typed!(b, |b| match &y {
-                NarrowOut::U8(c) => typed_rows(&self.walk, a, b, c, |v| v as u8, &one),
-                NarrowOut::I8(c) => typed_rows(&self.walk, a, b, c, |v| v as i8, &one),
+                NarrowOut::U8(c) => typed_rows(isa, &self.walk, a, b, c, &f),
+                NarrowOut::I8(c) => typed_rows(isa, &self.walk, a, b, c, &f),
             }));
             return Ok(());
         }
@@ -293,7 +313,7 @@ impl QBinary {
         self.walk.rows([0; 3], |[o, ia, ib]| {
             for k in 0..len {
                 let (xa, xb) = (a.at(ia + k * sa) as f32, b.at(ib + k * sb) as f32);
-                y.set(o + k * so, one(xa, xb));
+                y.set(o + k * so, f.one(xa, xb));
             }
         });
         Ok(())
@@ -316,35 +336,161 @@ impl<'a> NarrowSrc<'a> {
     }
 }
 
-/// [`QBinary::run`]'s loop over typed operands: `one` of each pair of
-/// values, written through `cast` (of a value already in range).
+/// An output element type of [`QBinary::run`]: u8 or i8, from a value
+/// already in its range.
+trait Narrow: Copy {
+    fn of(v: f32) -> Self;
+}
+
+impl Narrow for u8 {
+    #[inline(always)]
+    fn of(v: f32) -> u8 {
+        v as u8
+    }
+}
+
+impl Narrow for i8 {
+    #[inline(always)]
+    fn of(v: f32) -> i8 {
+        v as i8
+    }
+}
+
+/// [`QBinary::run`]'s loop over typed operands, compiled for the best
+/// vector width the CPU has: the same operations per element in the same
+/// order (Rust never fuses a multiply and an add), so the same bytes.
 #[inline(always)]
 fn typed_rows<XA, XB, Y>(
+    isa: super::qlinear::igemm::Isa,
     walk: &Walk<3>,
     a: impl Load<XA>,
     b: impl Load<XB>,
     y: &[Cell<Y>],
-    cast: impl Fn(f32) -> Y,
-    one: &impl Fn(f32, f32) -> f32,
+    f: &Formula,
 ) where
     XA: Copy + Into<f32>,
     XB: Copy + Into<f32>,
-    Y: Copy,
+    Y: Narrow,
+{
+    use super::qlinear::igemm::Isa;
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F and BW (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::rows_avx512(walk, a, b, y, f)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::rows_avx2(walk, a, b, y, f)
+            }
+        }
+        _ => rows(walk, a, b, y, f),
+    }
+}
+
+/// The loop of [`typed_rows`]: contiguous rows in chunks read before they
+/// are written ([`pairs`]: the output may be an input, planned in
+/// place), which lets them vectorise.
+#[inline(always)]
+fn rows<XA, XB, Y>(walk: &Walk<3>, a: impl Load<XA>, b: impl Load<XB>, y: &[Cell<Y>], f: &Formula)
+where
+    XA: Copy + Into<f32>,
+    XB: Copy + Into<f32>,
+    Y: Narrow,
 {
     let (len, [so, sa, sb]) = walk.inner();
     walk.rows([0; 3], |[o, ia, ib]| {
         if so == 1 && sa == 1 && sb == 1 {
             let (a, b, y) = (a.sub(ia, len), b.sub(ib, len), &y[o..o + len]);
-            for (k, c) in y.iter().enumerate() {
-                c.set(cast(one(a.load(k).into(), b.load(k).into())));
-            }
+            pairs(y, a, b, |xa: XA, xb: XB| Y::of(f.one(xa.into(), xb.into())));
+        } else if so == 1 && sa == 1 && sb == 0 {
+            // b broadcast along the row (a per-channel or scalar operand).
+            let xb = b.load(ib).into();
+            map_row(&y[o..o + len], a.sub(ia, len), |xa: XA| {
+                Y::of(f.one(xa.into(), xb))
+            });
         } else {
             for k in 0..len {
                 let (xa, xb) = (a.load(ia + k * sa).into(), b.load(ib + k * sb).into());
-                y[o + k * so].set(cast(one(xa, xb)));
+                y[o + k * so].set(Y::of(f.one(xa, xb)));
             }
         }
     });
+}
+
+/// `y[j] = f(a[j], b[j])` over one row, as `cells::zip_row` but for operands of
+/// two types: each chunk read in full before any of it is written.
+#[inline(always)]
+fn pairs<XA: Copy, XB: Copy, Y: Copy>(
+    y: &[Cell<Y>],
+    a: impl Load<XA>,
+    b: impl Load<XB>,
+    f: impl Fn(XA, XB) -> Y,
+) {
+    const LANES: usize = 16;
+    let n = y.len().min(a.count()).min(b.count());
+    let mut j = 0;
+    while j + LANES <= n {
+        let (o, x, w) = (&y[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
+        let x: [XA; LANES] = core::array::from_fn(|i| x.load(i));
+        let w: [XB; LANES] = core::array::from_fn(|i| w.load(i));
+        let r: [Y; LANES] = core::array::from_fn(|i| f(x[i], w[i]));
+        for (c, v) in o.iter().zip(r) {
+            c.set(v);
+        }
+        j += LANES;
+    }
+    for k in j..n {
+        y[k].set(f(a.load(k), b.load(k)));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{rows, Formula, Narrow};
+    use crate::kernels::cells::Load;
+    use crate::kernels::layout::Walk;
+    use core::cell::Cell;
+
+    /// [`rows`] compiled for AVX-512; the caller guarantees AVX-512 F and
+    /// BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn rows_avx512<XA, XB, Y>(
+        walk: &Walk<3>,
+        a: impl Load<XA>,
+        b: impl Load<XB>,
+        y: &[Cell<Y>],
+        f: &Formula,
+    ) where
+        XA: Copy + Into<f32>,
+        XB: Copy + Into<f32>,
+        Y: Narrow,
+    {
+        rows(walk, a, b, y, f);
+    }
+
+    /// [`rows`] compiled for AVX2; the caller guarantees AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn rows_avx2<XA, XB, Y>(
+        walk: &Walk<3>,
+        a: impl Load<XA>,
+        b: impl Load<XB>,
+        y: &[Cell<Y>],
+        f: &Formula,
+    ) where
+        XA: Copy + Into<f32>,
+        XB: Copy + Into<f32>,
+        Y: Narrow,
+    {
+        rows(walk, a, b, y, f);
+    }
 }
 
 /// The quantized mean of a plane whose `x − zero` sum to `sum`.
@@ -396,6 +542,59 @@ mod tests {
         assert_eq!(quantize(3.5, 1.0, 0.0, b), 4.0);
         assert_eq!(quantize(-7.0, 1.0, 3.0, b), 0.0);
         assert_eq!(quantize(1e9, 0.5, 0.0, (-128.0, 127.0)), 127.0);
+    }
+
+    /// Every instruction set's rows give each element's scalar formula:
+    /// rows of every length around the chunk of 16, b broadcast along the
+    /// row or strided, and the output written over a (planned in place).
+    #[test]
+    fn vector_rows_give_the_scalar_formula() {
+        use crate::kernels::qlinear::igemm::Isa;
+        use alloc::vec::Vec;
+        let mut seed = 0x1234_5678_u32;
+        let mut byte = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 24) as u8
+        };
+        for combine in [Combine::Add, Combine::Mul] {
+            for len in [1usize, 15, 16, 17, 40, 100] {
+                let f = Formula {
+                    combine,
+                    a: (0.037, 131.0),
+                    b: (0.0123, -7.0),
+                    c: (0.05, 3.0),
+                    bounds: (-128.0, 127.0),
+                };
+                let a: Vec<u8> = (0..2 * len).map(|_| byte()).collect();
+                let b: Vec<i8> = (0..2 * len).map(|_| byte() as i8).collect();
+                // Rows of `len`: b contiguous, broadcast (stride 0), strided.
+                for b_stride in [1usize, 0, 2] {
+                    let shape = [2, len];
+                    let b_strides = [if b_stride == 2 { 1 } else { len * b_stride }, b_stride];
+                    let walk = Walk::new(&shape, [&[len, 1], &[len, 1], &b_strides]).unwrap();
+                    let want: Vec<i8> = (0..2 * len)
+                        .map(|o| {
+                            let (r, k) = (o / len, o % len);
+                            let xb = b[r * b_strides[0] + k * b_strides[1]];
+                            f.one(a[o].into(), xb.into()) as i8
+                        })
+                        .collect();
+                    for isa in Isa::all_available() {
+                        let mut y = vec![0i8; 2 * len];
+                        let cells = Cell::from_mut(y.as_mut_slice()).as_slice_of_cells();
+                        typed_rows(isa, &walk, a.as_slice(), b.as_slice(), cells, &f);
+                        assert_eq!(y, want, "{isa:?} {combine:?} {len} b stride {b_stride}");
+                        // In place: the output's bytes are a's.
+                        let mut inplace: Vec<u8> = a.clone();
+                        let cells = Cell::from_mut(inplace.as_mut_slice()).as_slice_of_cells();
+                        let y = crate::kernels::cells::typed::<i8>(cells, 0, 2 * len).unwrap();
+                        typed_rows(isa, &walk, cells, b.as_slice(), y, &f);
+                        let got: Vec<i8> = inplace.iter().map(|&v| v as i8).collect();
+                        assert_eq!(got, want, "{isa:?} in place, {len}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub fn compile(stow: &Path, model: &str, dir: &Path) -> PathBuf {
 
 /// [`compile`] with extra `stow compile` flags.
 pub fn compile_with(stow: &Path, model: &str, dir: &Path, flags: &[&str]) -> PathBuf {
-    let out = dir.join(format!("{model}.stow"));
+    // Models under testdata/regress are named by their directory.
+    let out = dir.join(format!("{}.stow", model.replace('/', "_")));
     let o = Command::new(stow)
         .arg("compile")
         .arg(root().join("testdata").join(format!("{model}.onnx")))

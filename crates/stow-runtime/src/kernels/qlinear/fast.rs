@@ -15,6 +15,7 @@ use super::{Channels, Out, QConv, QProduct, Requant};
 use crate::kernels::cells::{Load, Src};
 use crate::kernels::contract::Contraction;
 use crate::kernels::linalg::ConvShape;
+use crate::kernels::prepacked::{Panels, Side};
 use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
@@ -98,6 +99,12 @@ const STACK_QUADS: usize = 2048;
 
 fn stack() -> [Cell<u32>; STACK_QUADS] {
     core::array::from_fn(|_| Cell::new(0))
+}
+
+/// True when a product of depth `k` runs packed with `floats` of planned
+/// scratch per thread, or on the stack.
+pub(super) fn runs_in(k: usize, floats: usize) -> bool {
+    igemm::panels_per_block(k, floats) > 0 || igemm::panels_per_block(k, STACK_QUADS) > 0
 }
 
 /// The planned scratch if it holds one panel of depth `k`, else the stack
@@ -559,9 +566,39 @@ impl Plan {
         })
     }
 
+    /// Depth of the sums.
+    pub(super) fn depth(&self) -> usize {
+        self.k
+    }
+
     /// Scratch floats per thread.
     pub(super) fn scratch_floats(&self) -> usize {
         scratch_floats(self.k, self.lanes.len())
+    }
+
+    /// The layout in which b (of `b_len` elements) can be stored as the
+    /// lanes' panels: where b gives the lanes along at most one axis
+    /// longer than one, in a single batch, and its `k × n` elements are
+    /// all of b.
+    pub(crate) fn lanes_weight(&self, b_len: usize) -> Option<Panels> {
+        if self.lanes_are_a || self.batches.len() != 1 {
+            return None;
+        }
+        let mut long = (0..self.lanes.dims.len()).filter(|&d| self.lanes.dims[d] > 1);
+        let line_stride = match (long.next(), long.next()) {
+            (None, _) => 1,
+            (Some(d), None) => self.lanes.strides[1][d],
+            _ => return None,
+        };
+        let p = Panels {
+            side: Side::Quads,
+            matrices: 1,
+            rows: self.lanes.len(),
+            depth: self.k,
+            strides: [0, line_stride, self.k_strides[1]],
+            kc: self.k.max(1),
+        };
+        (p.len() == b_len && !p.is_empty() && p.is_dense()).then_some(p)
     }
 }
 
@@ -574,6 +611,11 @@ struct ProductOps<'p, L, R, const LANES_A: bool> {
     l_base: usize,
     r_base: usize,
     dom: Domains,
+    /// L's layout when the compiler stored it packed (it is then b).
+    weight: Option<&'p Panels>,
+    /// That weight as quads, where the mapping holds it aligned and its
+    /// full panels are what the kernels read (a depth in whole quads).
+    mapped: Option<&'p [u32]>,
 }
 
 impl<'p, L, R, const LANES_A: bool> ProductOps<'p, L, R, LANES_A> {
@@ -617,6 +659,9 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
     }
 
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        if let Some(w) = self.weight {
+            return self.widen_lanes(w, j0, panel);
+        }
         let lanes = NR.min(self.lanes() - j0);
         let at: [usize; NR] = core::array::from_fn(|l| {
             self.l_base + self.plan.lanes.offset(Self::L, j0 + l.min(lanes - 1))
@@ -661,6 +706,16 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         sums
     }
 
+    fn packed_lanes(&self, j0: usize) -> Option<&[u32]> {
+        let k = self.plan.k;
+        if j0 + NR > self.lanes() {
+            return None;
+        }
+        // A full panel of a depth in whole quads: quads j0·k/4.. of the
+        // weight (docs/FORMAT.md, "Packed weights").
+        self.mapped?.get(j0 * k / 4..(j0 + NR) * k / 4)
+    }
+
     type Row<'s>
         = R
     where
@@ -679,6 +734,33 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
             let base = self.r_base + self.plan.rows.offset(Self::R, i0 + r);
             self.r.sub(base, k)
         }))
+    }
+}
+
+impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> ProductOps<'_, L, R, LANES_A> {
+    /// [`Operands::pack_lanes`] from the compiler's panels `w` where the
+    /// kernels cannot read them in place (a short last panel, a depth
+    /// not in whole quads, a weight not aligned for quads): each element
+    /// from its packed position, lanes past the product zero.
+    fn widen_lanes(&self, w: &Panels, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+        let lanes = NR.min(self.lanes() - j0);
+        let (flip, _) = self.flips();
+        let k = self.plan.k;
+        let mut sums = [0i32; NR];
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            for (l, cell) in out.iter().enumerate() {
+                let mut quad = [0u8; 4];
+                if l < lanes {
+                    for (t, byte) in quad.iter_mut().enumerate().take(4.min(k - 4 * q)) {
+                        let v = self.l.load(self.l_base + w.index(0, j0 + l, 4 * q + t)) ^ flip;
+                        sums[l] = sums[l].wrapping_add(side(v, LANES_A));
+                        *byte = v;
+                    }
+                }
+                cell.set(u32::from_le_bytes(quad));
+            }
+        }
+        sums
     }
 }
 
@@ -713,6 +795,13 @@ impl QProduct {
         let a0 = dom.a0(q.a0);
         let n = plan.lanes.len();
         let panels = share(n.div_ceil(NR), part, parts);
+        let weight = self.weight.as_deref();
+        let mapped = match (weight, b) {
+            (Some(_), Src::Weight(w)) if plan.k.is_multiple_of(4) => {
+                bytemuck::try_cast_slice::<u8, u32>(w).ok()
+            }
+            _ => None,
+        };
         crate::with_load!(a, |a| crate::with_load!(b, |b| {
             for batch in 0..plan.batches.len() {
                 let base = |t: usize| plan.batches.offset(t, batch);
@@ -770,6 +859,8 @@ impl QProduct {
                         l_base: base(0),
                         r_base: base(1),
                         dom,
+                        weight: None,
+                        mapped: None,
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 } else {
@@ -780,6 +871,8 @@ impl QProduct {
                         l_base: base(1),
                         r_base: base(0),
                         dom,
+                        weight,
+                        mapped,
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 }

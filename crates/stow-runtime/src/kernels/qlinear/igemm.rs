@@ -166,6 +166,73 @@ pub trait Operands {
     fn direct_rows(&self, _i0: usize) -> Option<[Self::Row<'_>; MR]> {
         None
     }
+    /// Lanes `j0..j0 + NR` already in the panel layout (`⌈K/4⌉·NR`
+    /// quads), if the operand holds them so (a weight the compiler
+    /// packed); `None` to pack them with [`Operands::pack_lanes`].
+    fn packed_lanes(&self, _j0: usize) -> Option<&[u32]> {
+        None
+    }
+}
+
+/// Where a tile reads its panel's quads: the scratch it was packed into,
+/// or a weight packed at compile time, read from the mapping.
+pub trait PanelQuads: Copy {
+    /// Quad `i`.
+    fn quad(self, i: usize) -> u32;
+    /// Quads `i..i + n`, bounds-checked, for one vector load.
+    fn at(self, i: usize, n: usize) -> *const u32;
+    /// The first `n` quads.
+    fn first(self, n: usize) -> Self;
+}
+
+impl PanelQuads for &[Cell<u32>] {
+    #[inline(always)]
+    fn quad(self, i: usize) -> u32 {
+        self[i].get()
+    }
+    #[inline(always)]
+    fn at(self, i: usize, n: usize) -> *const u32 {
+        self[i..i + n].as_ptr().cast()
+    }
+    #[inline(always)]
+    fn first(self, n: usize) -> Self {
+        &self[..n]
+    }
+}
+
+impl PanelQuads for &[u32] {
+    #[inline(always)]
+    fn quad(self, i: usize) -> u32 {
+        self[i]
+    }
+    #[inline(always)]
+    fn at(self, i: usize, n: usize) -> *const u32 {
+        self[i..i + n].as_ptr()
+    }
+    #[inline(always)]
+    fn first(self, n: usize) -> Self {
+        &self[..n]
+    }
+}
+
+/// A row of ones: its "products" with a panel are the panel's lane sums,
+/// each byte as the kernel reads it (u8 or i8 times 1, exact).
+struct Ones;
+
+impl RowQuads for Ones {
+    #[inline(always)]
+    fn quad(&self, _q: usize, _r: usize) -> u32 {
+        0x0101_0101
+    }
+}
+
+/// Each lane's sum over the depth of a panel packed ahead of time, as
+/// [`Operands::pack_lanes`] returns it. One tile against rows of ones
+/// costs what one group of [`MR`] rows does, a small part of a product of
+/// many rows, and needs no kernel of its own.
+pub fn lane_sums(isa: Isa, lanes_unsigned: bool, panel: &[u32]) -> [i32; NR] {
+    let nq = panel.len() / NR;
+    tile_of(isa, lanes_unsigned, panel, &Ones, nq)[0]
 }
 
 /// Where a tile reads its rows' quads.
@@ -242,13 +309,30 @@ pub fn product<O: Operands>(
     }
     let (panel_buf, rest) = scratch.split_at(nb * nq * NR);
     let row_buf = &rest[..nq * MR];
-    let panel = |b: usize| &panel_buf[b * nq * NR..(b + 1) * nq * NR];
+    let scratch_panel = |b: usize| &panel_buf[b * nq * NR..(b + 1) * nq * NR];
     let mut sums = [[0i32; NR]; NB];
+    let mut mapped: [Option<&[u32]>; NB] = [None; NB];
+    // The scratch panel each panel of a block was packed into: panels read
+    // in place take none, so a block holds up to NB of them whatever the
+    // scratch.
+    let mut slot = [0usize; NB];
     let mut p = panels.start;
     while p < panels.end {
-        let count = nb.min(panels.end - p);
-        for (b, s) in sums.iter_mut().enumerate().take(count) {
-            *s = ops.pack_lanes((p + b) * NR, panel(b));
+        let (mut count, mut used) = (0, 0);
+        while count < NB && p + count < panels.end {
+            let j0 = (p + count) * NR;
+            let m = ops.packed_lanes(j0).filter(|m| m.len() == nq * NR);
+            sums[count] = match m {
+                Some(m) => lane_sums(isa, O::LANES_UNSIGNED, m),
+                None if used < nb => {
+                    slot[count] = used;
+                    used += 1;
+                    ops.pack_lanes(j0, scratch_panel(slot[count]))
+                }
+                None => break,
+            };
+            mapped[count] = m;
+            count += 1;
         }
         for i0 in (0..ops.rows()).step_by(MR) {
             let direct = ops.direct_rows(i0).map(Direct);
@@ -257,9 +341,12 @@ pub fn product<O: Operands>(
                 None => ops.pack_rows(i0, row_buf),
             };
             for (b, lane_sums) in sums.iter().enumerate().take(count) {
-                let raw = match &direct {
-                    Some(d) => tile_of(isa, O::LANES_UNSIGNED, panel(b), d, nq),
-                    None => tile_of(isa, O::LANES_UNSIGNED, panel(b), &Packed(row_buf), nq),
+                let lu = O::LANES_UNSIGNED;
+                let raw = match (&direct, mapped[b]) {
+                    (Some(d), Some(m)) => tile_of(isa, lu, m, d, nq),
+                    (Some(d), None) => tile_of(isa, lu, scratch_panel(slot[b]), d, nq),
+                    (None, Some(m)) => tile_of(isa, lu, m, &Packed(row_buf), nq),
+                    (None, None) => tile_of(isa, lu, scratch_panel(slot[b]), &Packed(row_buf), nq),
                 };
                 emit(Done {
                     i0,
@@ -284,14 +371,14 @@ pub fn tile(isa: Isa, lanes_unsigned: bool, panel: &[Cell<u32>], rows: &[Cell<u3
 
 /// [`tile`] of depth `nq` quads with the rows read from `rows`.
 #[inline]
-fn tile_of<R: RowQuads>(
+fn tile_of<P: PanelQuads, R: RowQuads>(
     isa: Isa,
     lanes_unsigned: bool,
-    panel: &[Cell<u32>],
+    panel: P,
     rows: &R,
     nq: usize,
 ) -> Tile {
-    let panel = &panel[..nq * NR];
+    let panel = panel.first(nq * NR);
     match (isa, lanes_unsigned) {
         #[cfg(target_arch = "x86_64")]
         (Isa::Vnni, true) => {
@@ -299,7 +386,7 @@ fn tile_of<R: RowQuads>(
             // AVX-512 F, BW and VNNI (`Isa::detect`).
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_vnni::<true, R>(panel, rows)
+                x86::tile_vnni::<true, P, R>(panel, rows, nq)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -307,7 +394,7 @@ fn tile_of<R: RowQuads>(
             // SAFETY: as above.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_vnni::<false, R>(panel, rows)
+                x86::tile_vnni::<false, P, R>(panel, rows, nq)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -315,7 +402,7 @@ fn tile_of<R: RowQuads>(
             // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_avx2::<true, R>(panel, rows)
+                x86::tile_avx2::<true, P, R>(panel, rows, nq)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -323,11 +410,11 @@ fn tile_of<R: RowQuads>(
             // SAFETY: as above.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tile_avx2::<false, R>(panel, rows)
+                x86::tile_avx2::<false, P, R>(panel, rows, nq)
             }
         }
-        (_, true) => tile_portable::<true, R>(panel, rows),
-        (_, false) => tile_portable::<false, R>(panel, rows),
+        (_, true) => tile_portable::<true, P, R>(panel, rows, nq),
+        (_, false) => tile_portable::<false, P, R>(panel, rows, nq),
     }
 }
 
@@ -346,10 +433,14 @@ fn dot4<const LANES_UNSIGNED: bool>(x: [u8; 4], w: [u8; 4]) -> i32 {
     s
 }
 
-fn tile_portable<const LANES_UNSIGNED: bool, R: RowQuads>(panel: &[Cell<u32>], rows: &R) -> Tile {
+fn tile_portable<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
+    panel: P,
+    rows: &R,
+    nq: usize,
+) -> Tile {
     let mut acc = [[0i32; NR]; MR];
-    for (q, x) in panel.chunks_exact(NR).enumerate() {
-        let x: [[u8; 4]; NR] = core::array::from_fn(|l| x[l].get().to_le_bytes());
+    for q in 0..nq {
+        let x: [[u8; 4]; NR] = core::array::from_fn(|l| panel.quad(q * NR + l).to_le_bytes());
         for (r, row) in acc.iter_mut().enumerate() {
             let w = rows.quad(q, r).to_le_bytes();
             for (a, x) in row.iter_mut().zip(x) {
@@ -362,23 +453,24 @@ fn tile_portable<const LANES_UNSIGNED: bool, R: RowQuads>(panel: &[Cell<u32>], r
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{RowQuads, Tile, MR, NR};
+    use super::{PanelQuads, RowQuads, Tile, MR, NR};
     use core::arch::x86_64::*;
-    use core::cell::Cell;
 
     /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
     /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool, R: RowQuads>(
-        panel: &[Cell<u32>],
+    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
+        panel: P,
         rows: &R,
+        nq: usize,
     ) -> Tile {
         let mut acc = [_mm512_setzero_si512(); MR];
-        for (q, x) in panel.chunks_exact(NR).enumerate() {
-            // SAFETY: `x` is NR = 16 quads, the 64 bytes one unaligned
-            // load reads; the scratch is only written by this thread.
+        for q in 0..nq {
+            // SAFETY: `at` checked that NR = 16 quads follow, the 64
+            // bytes one unaligned load reads; scratch is only written by
+            // this thread and a mapped weight never.
             #[allow(unsafe_code)]
-            let x = unsafe { _mm512_loadu_si512(x.as_ptr().cast()) };
+            let x = unsafe { _mm512_loadu_si512(panel.at(q * NR, NR).cast()) };
             for (r, a) in acc.iter_mut().enumerate() {
                 let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
                 // vpdpbusd multiplies its first operand's bytes as u8 and
@@ -407,19 +499,20 @@ mod x86 {
     /// the two i32 of each lane added at the end. The caller guarantees
     /// AVX2 and that `rows` holds `panel.len() / NR` quads.
     #[target_feature(enable = "avx2")]
-    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool, R: RowQuads>(
-        panel: &[Cell<u32>],
+    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
+        panel: P,
         rows: &R,
+        nq: usize,
     ) -> Tile {
         let mut out = [[0i32; NR]; MR];
         for g in 0..NR / 4 {
             let mut acc = [_mm256_setzero_si256(); MR];
-            for (q, x) in panel.chunks_exact(NR).enumerate() {
-                let x = &x[4 * g..4 * g + 4];
-                // SAFETY: `x` is four quads, the 16 bytes one unaligned
-                // load reads; the scratch is only written by this thread.
+            for q in 0..nq {
+                // SAFETY: `at` checked that four quads follow, the 16
+                // bytes one unaligned load reads; scratch is only written
+                // by this thread and a mapped weight never.
                 #[allow(unsafe_code)]
-                let x = unsafe { _mm_loadu_si128(x.as_ptr().cast()) };
+                let x = unsafe { _mm_loadu_si128(panel.at(q * NR + 4 * g, 4).cast()) };
                 let x = if LANES_UNSIGNED {
                     _mm256_cvtepu8_epi16(x)
                 } else {

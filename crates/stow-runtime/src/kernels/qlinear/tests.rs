@@ -919,3 +919,5 @@ fn refuses_what_it_does_not_compute() {
     let e = conv(ints(DType::I32, &[3], vec![0, 1, 1])).unwrap_err();
     assert!(e.contains("one per output channel"), "{e}");
 }
+
+mod packed;
