@@ -335,22 +335,6 @@ pub fn convert<T: Copy, U: Copy>(src: Src<'_, T>, out: &[Cell<U>], f: impl Fn(T)
     }
 }
 
-/// `Min(Max(x, lo), hi)` (`max_first`) or `Max(Min(x, hi), lo)` with the
-/// maxNum/minNum rule of the `Max` and `Min` kernels: a NaN bound yields
-/// x, a NaN x yields the bound. Each combination of NaN bounds and order
-/// gets its own loop, so the loops have no branch but the comparison.
-pub fn clamp(out: &[Cell<f32>], x: impl Load<f32>, lo: f32, hi: f32, max_first: bool) {
-    let max = move |a: f32| if a >= lo { a } else { lo };
-    let min = move |a: f32| if a <= hi { a } else { hi };
-    match (lo.is_nan(), hi.is_nan(), max_first) {
-        (true, true, _) => map_row(out, x, |a| a),
-        (true, false, _) => map_row(out, x, min),
-        (false, true, _) => map_row(out, x, max),
-        (false, false, true) => map_row(out, x, move |a| min(max(a))),
-        (false, false, false) => map_row(out, x, move |a| max(min(a))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -294,8 +294,15 @@ impl Finish {
     #[inline(always)]
     pub fn apply(self, cells: &[Cell<f32>]) {
         if self != Finish::Keep {
-            with_finish!(self, |f| cells.iter().for_each(|c| c.set(f(c.get()))))
+            self.map_row(cells, cells)
         }
+    }
+
+    /// Writes each element of `x` through `self` into `out` (the
+    /// element-wise clamp step, or a finish over finished sums in place).
+    #[inline(always)]
+    pub fn map_row(self, out: &[Cell<f32>], x: impl Load<f32>) {
+        with_finish!(self, |f| super::cells::map_row(out, x, f))
     }
 }
 

@@ -162,7 +162,7 @@ pub fn run_part(
         Kernel::Clamp(k) => {
             let out = v.dst::<f32>(&outs[0])?;
             crate::with_load!(v.src::<f32>(&ins[0])?, |x| {
-                elementwise::clamp(out, x, k.lo, k.hi, k.max_first)
+                gemm::Finish::Clamp(*k).map_row(out, x)
             });
         }
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
