@@ -53,6 +53,12 @@ pub const PACKED_ATTR: &str = "stow.packed";
 /// product whose weight operand (input 1) is stored packed as the left
 /// operand of the transposed product (docs/FORMAT.md, "Packed weights").
 pub const PACKED_LEFT_ATTR: &str = "stow.packed_left";
+/// The operator attribute (text `FROM:TO:ROWS`) on the step that
+/// assembles the output of a stage run in bands of rows (patch-based
+/// execution), recording the stage so that `stow verify` can rebuild the
+/// same steps from the model. Informational for runtimes: the bands are
+/// ordinary operators.
+pub const PATCH_ATTR: &str = "stow.patch";
 /// Size of one [`PoolRecord`].
 pub const POOL_RECORD_LEN: usize = 32;
 /// Most pools a bundle may declare (a fixed bound, so that a runtime can

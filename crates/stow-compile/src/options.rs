@@ -1,7 +1,7 @@
 //! What to compile with: [`CompileOptions`] and its defaults.
 
 use crate::pools::{Pin, Placement, PoolSpec};
-use stow_onnx::{FixedInput, InputShape, ReuseOptions};
+use stow_onnx::{FixedInput, InputShape, PatchedStage, ReuseOptions};
 use stow_plan::PlanOptions;
 
 /// Default of [`CompileOptions::max_arena`], 16 GiB: large enough for any
@@ -73,6 +73,11 @@ pub struct CompileOptions {
     /// Which buffers the bounded pools take first. Default
     /// [`Placement::Gain`].
     pub placement: Placement,
+    /// Stages run in bands of rows (patch-based execution, `--patch
+    /// FROM:TO:ROWS`), applied in order. With a capacity
+    /// ([`PlanOptions::capacity`]) and none given, the compiler chooses
+    /// one when the model's tensors do not fit otherwise. Default: none.
+    pub stages: Vec<PatchedStage>,
 }
 
 impl Default for CompileOptions {
@@ -91,6 +96,7 @@ impl Default for CompileOptions {
             pools: Vec::new(),
             pins: Vec::new(),
             placement: Placement::Gain,
+            stages: Vec::new(),
         }
     }
 }

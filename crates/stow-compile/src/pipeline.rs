@@ -116,6 +116,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         dims: options.dims.clone(),
         constants: options.constants.clone(),
         reuse: options.reuse,
+        stages: options.stages.clone(),
     };
     let mut graph = stow_onnx::load(model, &load).map_err(|source| CompileError::Load {
         path: path(),

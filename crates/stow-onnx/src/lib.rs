@@ -39,6 +39,7 @@ mod recurrent;
 mod refusals;
 mod reverse;
 mod shapes;
+mod stage;
 mod unroll;
 mod widen;
 
@@ -52,7 +53,8 @@ pub use inputs::{
     numbered_files, random_inputs, random_tensors, read_input_dir, read_npz, read_npz_named,
     read_tensor_file, write_tensor_file,
 };
-pub use load::{load, LoadOptions};
+pub use load::{load, load_decluttered, Decluttered, LoadOptions};
 pub use shapes::{parse_dim_arg, parse_input_arg, InputShape};
+pub use stage::{recorded_stages, PatchedStage};
 /// tract's tensor type, used for inputs and outputs of runs.
 pub use tract_onnx::prelude::{DatumType, Tensor};

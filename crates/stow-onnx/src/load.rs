@@ -18,11 +18,29 @@ pub struct LoadOptions {
     pub constants: Vec<crate::FixedInput>,
     /// Which byte sharing beyond lifetimes to apply.
     pub reuse: crate::ReuseOptions,
+    /// Stages run in bands of rows (patch-based execution), applied in
+    /// order to the decluttered model.
+    pub stages: Vec<crate::PatchedStage>,
+}
+
+/// A model parsed, with its input shapes fixed and decluttered: what
+/// [`load`] records in an execution order, kept so that several
+/// rewrites of one model (patched stages tried by the compiler) need one
+/// parse.
+#[derive(Clone, Debug)]
+pub struct Decluttered {
+    model: TypedModel,
 }
 
 /// Loads `path`, fixes its input shapes, declutters it and records every
 /// tensor and operator in execution order.
 pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError> {
+    load_decluttered(path, options)?.graph(options.reuse, &options.stages)
+}
+
+/// Loads `path`, fixes its input shapes and declutters it, ready to be
+/// recorded ([`Decluttered::graph`]).
+pub fn load_decluttered(path: &Path, options: &LoadOptions) -> Result<Decluttered, OnnxError> {
     let (typed, output_names) = match typed_model(path, options, false) {
         // Shapes recorded in `value_info` for other input shapes than the
         // ones fixed contradict what tract infers: they are hints, so drop
@@ -35,7 +53,7 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         ) => typed_model(path, options, true).map_err(|_| first)?,
         other => other?,
     };
-    let decluttered = contain(Stage::Declutter, || {
+    let model = contain(Stage::Declutter, || {
         let mut model = typed;
         crate::widen::keep_f16_divisions(&mut model);
         crate::refusals::refuse_degenerate_windows(&model)?;
@@ -58,23 +76,50 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<ModelGraph, OnnxError>
         crate::graph::name_outputs(&mut model, &output_names)?;
         Ok(model)
     })?;
-    // Record the model under every order; keep the one whose arena lower
-    // bound (after aliasing) is smallest, tract's RAM order on ties.
-    let mut best: Option<ModelGraph> = None;
-    let mut bounds = Vec::new();
-    for order in ExecutionOrder::ALL {
-        let mut graph = contain(Stage::Analysis, || analyse(decluttered.clone(), order))?;
-        crate::alias::find_aliases(&mut graph, options.reuse);
-        let bound = stow_plan::lower_bound(&graph.problem(1).0);
-        bounds.push((order, bound));
-        if best.as_ref().is_none_or(|b| bound < b.order_bounds[0].1) {
-            graph.order_bounds = vec![(order, bound)];
-            best = Some(graph);
+    Ok(Decluttered { model })
+}
+
+impl Decluttered {
+    /// The model with `stages` run in bands of rows, recorded in the
+    /// execution order with the smallest arena lower bound.
+    pub fn graph(
+        &self,
+        reuse: crate::ReuseOptions,
+        stages: &[crate::PatchedStage],
+    ) -> Result<ModelGraph, OnnxError> {
+        let decluttered = if stages.is_empty() {
+            self.model.clone()
+        } else {
+            contain(Stage::Declutter, || {
+                let mut model = self.model.clone();
+                for stage in stages {
+                    crate::stage::apply(&mut model, stage)?;
+                }
+                Ok(model)
+            })?
+        };
+        // Record the model under every order; keep the one whose arena lower
+        // bound (after aliasing) is smallest, tract's RAM order on ties.
+        let mut best: Option<ModelGraph> = None;
+        let mut bounds = Vec::new();
+        for order in ExecutionOrder::ALL {
+            let mut graph = contain(Stage::Analysis, || analyse(decluttered.clone(), order))?;
+            crate::alias::find_aliases(&mut graph, reuse);
+            let bound = stow_plan::lower_bound(&graph.problem(1).0);
+            bounds.push((order, bound));
+            if best.as_ref().is_none_or(|b| bound < b.order_bounds[0].1) {
+                graph.order_bounds = vec![(order, bound)];
+                best = Some(graph);
+            }
         }
+        let mut graph =
+            best.ok_or_else(|| OnnxError::tract(Stage::Analysis, "no execution order"))?;
+        graph.order_bounds = bounds;
+        for stage in stages {
+            crate::stage::record(&mut graph, stage);
+        }
+        Ok(graph)
     }
-    let mut graph = best.ok_or_else(|| OnnxError::tract(Stage::Analysis, "no execution order"))?;
-    graph.order_bounds = bounds;
-    Ok(graph)
 }
 
 /// Reads and parses `path` with every symbol the options bind replaced by

@@ -77,6 +77,18 @@ pub struct Args {
     /// size as BYTES).
     #[arg(long, value_name = "POLICY", default_value = "gain", value_parser = Placement::parse)]
     pub placement: Placement,
+    /// Run a stage of the model in bands of rows (patch-based execution):
+    /// `FROM:TO:ROWS` runs every operator between tensors FROM (kept
+    /// whole) and TO, ROWS rows of TO at a time, so the stage's large
+    /// activations exist only as bands (names as `stow inspect` shows
+    /// them; repeatable). Without it, `--capacity` chooses a stage when
+    /// the model does not fit otherwise.
+    #[arg(long = "patch", value_name = "FROM:TO:ROWS", value_parser = parse_stage)]
+    pub stages: Vec<stow_onnx::PatchedStage>,
+}
+
+fn parse_stage(s: &str) -> Result<stow_onnx::PatchedStage, String> {
+    stow_onnx::PatchedStage::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_pin(s: &str) -> Result<Pin, String> {
@@ -117,6 +129,7 @@ pub fn run(args: Args) -> Result<()> {
         dims,
         constants,
         reuse,
+        ..
     } = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
     let options = CompileOptions {
         inputs,
@@ -138,6 +151,7 @@ pub fn run(args: Args) -> Result<()> {
             })
             .collect(),
         pins: args.pins.clone(),
+        stages: args.stages.clone(),
         placement: args.placement,
     };
     let compiled = match compile(&args.model, &options) {

@@ -92,5 +92,6 @@ pub(crate) fn load_options(
             .map(|a| parse_dim_arg(a))
             .collect::<Result<_, _>>()?,
         reuse: reuse.options(),
+        stages: Vec::new(),
     })
 }

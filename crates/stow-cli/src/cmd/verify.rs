@@ -126,11 +126,21 @@ fn max_relative_error(got: &Tensor, want: &Tensor) -> Option<f64> {
 /// Runs `stow verify`.
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let options = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
-    let mut graph = stow_onnx::load(&args.model, &options)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let mut options = load_options(&args.inputs, &args.dims, &args.constants, args.reuse)?;
     let bundle = stow_runtime::Bundle::open(&args.bundle)
         .with_context(|| format!("opening {}", args.bundle.display()))?;
+    // Stages the compiler ran in bands of rows are rebuilt the same way.
+    options.stages = stow_onnx::recorded_stages(bundle.contents().ops.iter().flat_map(|op| {
+        op.attributes.iter().filter_map(|(k, v)| match v {
+            stow_bundle::AttrValue::Text(t) if k == stow_bundle::format::PATCH_ATTR => {
+                Some(t.as_str())
+            }
+            _ => None,
+        })
+    }))
+    .with_context(|| format!("reading {}", args.bundle.display()))?;
+    let mut graph = stow_onnx::load(&args.model, &options)
+        .with_context(|| format!("loading {}", args.model.display()))?;
     // The scratch the compiler planned, for the threads it planned for.
     let threads = bundle
         .contents()

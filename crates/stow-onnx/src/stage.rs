@@ -1,0 +1,629 @@
+//! Patch-based execution: a chain of spatial operators run band by band
+//! over the rows of its output, so that its large early activations never
+//! exist whole.
+//!
+//! A *stage* runs from one tensor (`from`, kept whole) to a later one
+//! (`to`, assembled whole at the end) through operators that map rows to
+//! rows: convolutions and pools (a window over the rows), and element-wise
+//! operators, products that leave the two spatial axes alone and adding
+//! leading axes (row for row). The rewrite replaces the stage by steps:
+//! step `t` computes rows `[t·rows, (t+1)·rows)` of `to`, and of every
+//! tensor inside the stage exactly the rows not computed at an earlier
+//! step that this step needs. A row is never computed twice: where a
+//! window needs rows of an earlier step (the halo), they are sliced from
+//! that step's band and joined to the new rows. The price is copying
+//! those joins instead of computing anything again, and the peak falls
+//! from whole tensors to bands of a few rows.
+//!
+//! Every band is an ordinary operator of the rewritten model (a
+//! convolution over fewer rows with the padding of the rows it touches,
+//! `Slice` and `Concat` on the row axis), so the planner, the runtime and
+//! `stow verify` treat it like any other model.
+
+use crate::error::{OnnxError, Stage as ErrorStage};
+use std::collections::{HashMap, HashSet};
+use stow_bundle::format::PATCH_ATTR;
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::internal::{ensure, format_err, InOut};
+use tract_onnx::tract_core::ops;
+use tract_onnx::tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+use tract_onnx::tract_core::ops::konst::Const;
+use tract_onnx::tract_core::ops::nn::DataFormat;
+
+/// A stage run in bands of rows: from tensor `from` (kept whole) to
+/// tensor `to`, `rows` rows of `to` per step. Tensors are named as
+/// `stow inspect` names them (the ONNX value name, or the producing
+/// node's name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PatchedStage {
+    /// The stage's input.
+    pub from: String,
+    /// The stage's output.
+    pub to: String,
+    /// Rows of `to` computed per step.
+    pub rows: usize,
+}
+
+impl PatchedStage {
+    /// `FROM:TO:ROWS`, the form `stow compile --patch` takes and the
+    /// bundle records.
+    pub fn parse(text: &str) -> Result<PatchedStage, OnnxError> {
+        let bad = || {
+            OnnxError::BadArgument(format!(
+                "patched stage `{text}`: expected FROM:TO:ROWS (two tensor names and a row count)"
+            ))
+        };
+        let (rest, rows) = text.rsplit_once(':').ok_or_else(bad)?;
+        let rows: usize = rows.trim().parse().map_err(|_| bad())?;
+        // Tensor names may hold ':' themselves (`node:1`); split on the
+        // ':' that leaves two names the model knows is for the caller to
+        // check, so take the last one not followed by a digit-only part.
+        let split = rest
+            .char_indices()
+            .filter(|&(_, c)| c == ':')
+            .map(|(i, _)| i)
+            .rfind(|&i| !rest[i + 1..].chars().all(|c| c.is_ascii_digit()))
+            .ok_or_else(bad)?;
+        let (from, to) = (&rest[..split], &rest[split + 1..]);
+        if from.is_empty() || to.is_empty() || rows == 0 {
+            return Err(bad());
+        }
+        Ok(PatchedStage {
+            from: from.to_string(),
+            to: to.to_string(),
+            rows,
+        })
+    }
+}
+
+impl std::fmt::Display for PatchedStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.from, self.to, self.rows)
+    }
+}
+
+/// How an operator's output rows depend on its input rows.
+#[derive(Clone, Debug)]
+enum RowMap {
+    /// Output row `o` reads input row `o` only.
+    Same,
+    /// Output row `o` reads input rows `o·stride − before` up to
+    /// `o·stride − before + span − 1` (span: the dilated kernel height).
+    Window {
+        span: usize,
+        stride: usize,
+        before: usize,
+        /// The padding of the width axis, unchanged in every band.
+        width: (usize, usize),
+    },
+}
+
+impl RowMap {
+    /// Input rows `[first, end)` that output rows `[o0, o1)` read, clipped
+    /// to the `height` rows the input has, with the padding rows above and
+    /// below that the clipping leaves out.
+    fn input_rows(&self, o0: usize, o1: usize, height: usize) -> (usize, usize, usize, usize) {
+        match *self {
+            RowMap::Same => (o0, o1, 0, 0),
+            RowMap::Window {
+                span,
+                stride,
+                before,
+                ..
+            } => {
+                let start = (o0 * stride) as isize - before as isize;
+                let end = ((o1 - 1) * stride + span) as isize - before as isize;
+                let first = start.max(0) as usize;
+                let last = (end.max(0) as usize).min(height);
+                let pad_above = (first as isize - start) as usize;
+                let pad_below = (end - last as isize).max(0) as usize;
+                (first, last.max(first), pad_above, pad_below)
+            }
+        }
+    }
+}
+
+/// Rank of an outlet's shape, and its rows (axis `rank − 2`), if concrete.
+fn rows_of(model: &TypedModel, outlet: OutletId) -> Option<(usize, usize)> {
+    let fact = model.outlet_fact(outlet).ok()?;
+    let shape = fact.shape.as_concrete()?;
+    (shape.len() >= 2).then(|| (shape.len(), shape[shape.len() - 2]))
+}
+
+fn is_const(model: &TypedModel, outlet: OutletId) -> bool {
+    model.node(outlet.node).op_is::<Const>()
+}
+
+/// The window of a pool spec over rows, or why it cannot be banded.
+fn window(spec: &PoolSpec, input: &[usize]) -> Result<RowMap, String> {
+    if !matches!(spec.data_format, DataFormat::NCHW | DataFormat::CHW) || spec.rank() != 2 {
+        return Err("not a two-dimensional channels-first window".into());
+    }
+    if let PaddingSpec::ExplicitOnnxPool(_, _, true) = spec.padding {
+        return Err("a pool in ceil mode".into());
+    }
+    let spatial = &input[input.len() - 2..];
+    let padding = spec.computed_padding(spatial);
+    Ok(RowMap::Window {
+        span: (spec.kernel_shape[0] - 1) * spec.dilation(0) + 1,
+        stride: spec.stride(0),
+        before: padding[0].pad_before,
+        width: (padding[1].pad_before, padding[1].pad_after),
+    })
+}
+
+/// The same pool spec over a band with explicit padding above and below.
+fn banded_spec(spec: &PoolSpec, above: usize, below: usize, width: (usize, usize)) -> PoolSpec {
+    let mut spec = spec.clone();
+    spec.padding = PaddingSpec::Explicit(tvec!(above, width.0), tvec!(below, width.1));
+    spec
+}
+
+/// How `node`'s output rows follow from its input `from`'s rows, or why
+/// the node cannot run in bands.
+fn row_map(model: &TypedModel, node: &TypedNode, from: usize) -> Result<RowMap, String> {
+    let out = OutletId::new(node.id, 0);
+    let (out_rank, _) = rows_of(model, out).ok_or("an output of unknown or rank < 2 shape")?;
+    let input = model
+        .outlet_fact(node.inputs[from])
+        .map_err(|e| e.to_string())?;
+    let input = input
+        .shape
+        .as_concrete()
+        .ok_or("an input of unknown shape")?
+        .to_vec();
+    if input.len() < 2 {
+        return Err("an input of rank < 2".into());
+    }
+    let op: &dyn TypedOp = node.op.as_ref();
+    let any = op.as_op();
+    if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
+        if from != 0 {
+            return Err("a convolution whose weights are computed".into());
+        }
+        return window(&conv.pool_spec, &input);
+    }
+    if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
+        if pool.with_index_outputs.is_some() {
+            return Err("a max pool with indices".into());
+        }
+        return window(&pool.pool_spec, &input);
+    }
+    if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
+        return window(&pool.pool_spec, &input);
+    }
+    // Row for row: the output's last two axes are the input's.
+    let out_shape = model
+        .outlet_fact(out)
+        .ok()
+        .and_then(|f| f.shape.as_concrete().map(|s| s.to_vec()))
+        .ok_or("an output of unknown shape")?;
+    if out_shape[out_rank - 2..] != input[input.len() - 2..] {
+        return Err("an operator that changes the spatial size".into());
+    }
+    if let Some(einsum) = any.downcast_ref::<ops::einsum::EinSum>() {
+        for back in 1..=2 {
+            let axis = einsum
+                .axes
+                .axis((InOut::In(from), input.len() - back))
+                .map_err(|e| e.to_string())?;
+            let alone = axis.inputs.iter().enumerate().all(|(slot, at)| {
+                if slot == from {
+                    at.len() == 1
+                } else {
+                    at.is_empty()
+                }
+            });
+            if !alone || axis.outputs[0].as_slice() != [out_rank - back] {
+                return Err("a product over a spatial axis".into());
+            }
+        }
+        return Ok(RowMap::Same);
+    }
+    if any.downcast_ref::<ops::binary::TypedBinOp>().is_some()
+        || any
+            .downcast_ref::<ops::element_wise::ElementWiseOp>()
+            .is_some()
+    {
+        // Any other operand is a constant broadcast over rows.
+        for (slot, &o) in node.inputs.iter().enumerate() {
+            if slot == from || !is_const(model, o) {
+                continue;
+            }
+            let shape = model
+                .outlet_fact(o)
+                .map_err(|e| e.to_string())?
+                .shape
+                .to_tvec();
+            if shape.len() >= 2 && shape[shape.len() - 2] != 1.to_dim() {
+                return Err("a constant that varies along the rows".into());
+            }
+        }
+        return Ok(RowMap::Same);
+    }
+    if let Some(axis_op) = any.downcast_ref::<ops::change_axes::AxisOp>() {
+        let leading = input.len() - 2;
+        let ok = match *axis_op {
+            ops::change_axes::AxisOp::Add(a) => a <= leading,
+            ops::change_axes::AxisOp::Rm(a) => a < leading,
+            ops::change_axes::AxisOp::Move(a, b) => a < leading && b < leading,
+            ops::change_axes::AxisOp::Reshape(at, ref from_dims, _) => {
+                at + from_dims.len() <= leading
+            }
+        };
+        return if ok {
+            Ok(RowMap::Same)
+        } else {
+            Err("an axis change that touches the spatial axes".into())
+        };
+    }
+    Err(format!("`{}`, which has no row-by-row form", op.name()))
+}
+
+/// One operator of the stage.
+struct StageNode {
+    id: usize,
+    /// Its one input inside the stage (the others are constants).
+    from: usize,
+    map: RowMap,
+}
+
+/// Finds the node producing the tensor named `name` (outlet label or node
+/// name, as the graph names tensors).
+fn outlet_named(model: &TypedModel, name: &str) -> Option<OutletId> {
+    for node in model.nodes() {
+        for slot in 0..node.outputs.len() {
+            let o = OutletId::new(node.id, slot);
+            if model.outlet_label(o) == Some(name) {
+                return Some(o);
+            }
+        }
+    }
+    let (node, slot) = match name.rsplit_once(':') {
+        Some((n, s)) if s.parse::<usize>().is_ok() => (n, s.parse().unwrap_or(0)),
+        _ => (name, 0),
+    };
+    let node = model.nodes().iter().find(|n| n.name == node)?;
+    (slot < node.outputs.len()).then(|| OutletId::new(node.id, slot))
+}
+
+/// The stage's operators in evaluation order, checked.
+fn stage_nodes(model: &TypedModel, from: OutletId, to: OutletId) -> Result<Vec<StageNode>, String> {
+    let order = model.eval_order().map_err(|e| e.to_string())?;
+    // Ancestors of `to` that `from` reaches.
+    let mut reaches: HashSet<usize> = HashSet::new();
+    let mut reached: HashSet<OutletId> = HashSet::from([from]);
+    for &n in &order {
+        let node = model.node(n);
+        if n == from.node {
+            continue;
+        }
+        if node.inputs.iter().any(|i| reached.contains(i)) {
+            reaches.insert(n);
+            for slot in 0..node.outputs.len() {
+                reached.insert(OutletId::new(n, slot));
+            }
+        }
+    }
+    if !reaches.contains(&to.node) {
+        return Err(format!(
+            "`{}` is not computed from `{}`",
+            model.node(to.node).name,
+            model.node(from.node).name
+        ));
+    }
+    let mut needed: HashSet<usize> = HashSet::from([to.node]);
+    for &n in order.iter().rev() {
+        if needed.contains(&n) {
+            for i in &model.node(n).inputs {
+                if reaches.contains(&i.node) {
+                    needed.insert(i.node);
+                }
+            }
+        }
+    }
+    let outputs: HashSet<OutletId> = model
+        .output_outlets()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .copied()
+        .collect();
+    let mut nodes = Vec::new();
+    for &n in &order {
+        if !needed.contains(&n) {
+            continue;
+        }
+        let node = model.node(n);
+        let why = |reason: String| format!("`{}` is {reason}", node.name);
+        if node.outputs.len() != 1 {
+            return Err(why("an operator with several outputs".into()));
+        }
+        let out = OutletId::new(n, 0);
+        if out != to {
+            if outputs.contains(&out) {
+                return Err(why("a graph output inside the stage".into()));
+            }
+            if let Some(user) = node.outputs[0]
+                .successors
+                .iter()
+                .find(|s| !needed.contains(&s.node))
+            {
+                return Err(format!(
+                    "`{}` is also read by `{}`, outside the stage",
+                    node.name,
+                    model.node(user.node).name
+                ));
+            }
+        }
+        let mut from_slot = None;
+        for (slot, &i) in node.inputs.iter().enumerate() {
+            if i == from || needed.contains(&i.node) {
+                if from_slot.replace(slot).is_some() {
+                    // Two stage inputs: row for row (a residual addition).
+                    if !(node.op_is::<ops::binary::TypedBinOp>()) {
+                        return Err(why("an operator joining two stage tensors".into()));
+                    }
+                }
+            } else if !is_const(model, i) {
+                return Err(why(format!(
+                    "an operator reading `{}`, from outside the stage",
+                    model.node(i.node).name
+                )));
+            }
+        }
+        let from_slot = from_slot.ok_or_else(|| why("an operator without a stage input".into()))?;
+        let map = row_map(model, node, from_slot).map_err(why)?;
+        if node.inputs.iter().filter(|i| !is_const(model, **i)).count() > 1 {
+            // Both operands of a binary operator inside the stage: each must
+            // have the output's own rows and width.
+            let (_, rows) = rows_of(model, out).ok_or_else(|| why("unknown rows".into()))?;
+            for &i in &node.inputs {
+                if rows_of(model, i).map(|r| r.1) != Some(rows) {
+                    return Err(why("an operator joining tensors of other heights".into()));
+                }
+            }
+        }
+        nodes.push(StageNode {
+            id: n,
+            from: from_slot,
+            map,
+        });
+    }
+    Ok(nodes)
+}
+
+/// The rows of each stage tensor every step needs computed by its end:
+/// `need[outlet][t]`, non-decreasing in `t`.
+fn schedule(
+    model: &TypedModel,
+    nodes: &[StageNode],
+    to: OutletId,
+    rows: usize,
+) -> Result<(usize, HashMap<OutletId, Vec<usize>>), String> {
+    let (_, height) = rows_of(model, to).ok_or("the stage output has no rows")?;
+    let steps = height.div_ceil(rows);
+    let mut need: HashMap<OutletId, Vec<usize>> = HashMap::new();
+    need.insert(
+        to,
+        (0..steps).map(|t| ((t + 1) * rows).min(height)).collect(),
+    );
+    for sn in nodes.iter().rev() {
+        let node = model.node(sn.id);
+        let out = need
+            .get(&OutletId::new(sn.id, 0))
+            .cloned()
+            .unwrap_or_else(|| vec![0; steps]);
+        for (slot, &i) in node.inputs.iter().enumerate() {
+            if is_const(model, i) {
+                continue;
+            }
+            let (_, h_in) = rows_of(model, i).ok_or("an input without rows")?;
+            let entry = need.entry(i).or_insert_with(|| vec![0; steps]);
+            for t in 0..steps {
+                let end = if out[t] == 0 {
+                    0
+                } else if slot == sn.from || !matches!(sn.map, RowMap::Window { .. }) {
+                    sn.map.input_rows(0, out[t], h_in).1
+                } else {
+                    out[t]
+                };
+                entry[t] = entry[t].max(end);
+            }
+        }
+    }
+    for v in need.values_mut() {
+        for t in 1..v.len() {
+            v[t] = v[t].max(v[t - 1]);
+        }
+    }
+    Ok((steps, need))
+}
+
+/// Rewrites `model` so that `stage` runs in bands of rows. Fails, naming
+/// the operator, when the stage cannot run in bands.
+pub fn apply(model: &mut TypedModel, stage: &PatchedStage) -> Result<(), OnnxError> {
+    let refuse =
+        |reason: String| OnnxError::BadArgument(format!("patched stage `{stage}`: {reason}"));
+    let find = |name: &str| {
+        outlet_named(model, name).ok_or_else(|| refuse(format!("the model has no tensor `{name}`")))
+    };
+    let (from, to) = (find(&stage.from)?, find(&stage.to)?);
+    let nodes = stage_nodes(model, from, to).map_err(refuse)?;
+    let (steps, need) = schedule(model, &nodes, to, stage.rows).map_err(refuse)?;
+    let tract = |e: TractError| OnnxError::tract(ErrorStage::Analysis, e);
+
+    // Bands of each stage tensor: (first row, end row, outlet).
+    let mut bands: HashMap<OutletId, Vec<(usize, usize, OutletId)>> = HashMap::new();
+    let (_, from_rows) = rows_of(model, from).ok_or_else(|| refuse("no rows".into()))?;
+    bands.insert(from, vec![(0, from_rows, from)]);
+    let mut pieces: HashMap<(OutletId, usize, usize), OutletId> = HashMap::new();
+    for t in 0..steps {
+        for sn in &nodes {
+            let out = OutletId::new(sn.id, 0);
+            let ends = &need[&out];
+            let (o0, o1) = (if t == 0 { 0 } else { ends[t - 1] }, ends[t]);
+            if o1 <= o0 {
+                continue;
+            }
+            let node = model.node(sn.id).clone();
+            let (_, h_in) =
+                rows_of(model, node.inputs[sn.from]).ok_or_else(|| refuse("no rows".into()))?;
+            let (first, end, above, below) = sn.map.input_rows(o0, o1, h_in);
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            for (slot, &i) in node.inputs.iter().enumerate() {
+                if is_const(model, i) {
+                    inputs.push(i);
+                    continue;
+                }
+                let (a, b) = if slot == sn.from {
+                    (first, end)
+                } else {
+                    (o0, o1)
+                };
+                inputs.push(rows_from(model, &bands, &mut pieces, i, a, b).map_err(tract)?);
+            }
+            let op: Box<dyn TypedOp> = match &sn.map {
+                RowMap::Same => node.op.clone(),
+                RowMap::Window { width, .. } => {
+                    let any = node.op.as_op();
+                    if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
+                        let mut conv = conv.clone();
+                        conv.pool_spec = banded_spec(&conv.pool_spec, above, below, *width);
+                        Box::new(conv)
+                    } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
+                        let mut pool = pool.clone();
+                        pool.pool_spec = banded_spec(&pool.pool_spec, above, below, *width);
+                        Box::new(pool)
+                    } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
+                        let mut pool = pool.clone();
+                        pool.pool_spec = banded_spec(&pool.pool_spec, above, below, *width);
+                        Box::new(pool)
+                    } else {
+                        return Err(refuse(format!("`{}` has no banded form", node.name)));
+                    }
+                }
+            };
+            let name = format!("{}.rows{o0}-{o1}", node.name);
+            let wired = model.wire_node(name, op, &inputs).map_err(tract)?[0];
+            let (_, got) = rows_of(model, wired).ok_or_else(|| refuse("no rows".into()))?;
+            if got != o1 - o0 {
+                return Err(refuse(format!(
+                    "`{}` gives {got} rows for rows {o0}..{o1}",
+                    node.name
+                )));
+            }
+            bands.entry(out).or_default().push((o0, o1, wired));
+        }
+    }
+    let (_, height) = rows_of(model, to).ok_or_else(|| refuse("no rows".into()))?;
+    let whole = rows_from(model, &bands, &mut pieces, to, 0, height).map_err(tract)?;
+    // Readers of the stage output read the assembled bands.
+    let readers = model.node(to.node).outputs[to.slot].successors.clone();
+    for inlet in readers {
+        if inlet.node != whole.node {
+            model.add_edge(whole, inlet).map_err(tract)?;
+        }
+    }
+    let mut outputs = model.output_outlets().map_err(tract)?.to_vec();
+    for o in outputs.iter_mut() {
+        if *o == to {
+            *o = whole;
+        }
+    }
+    model.select_output_outlets(&outputs).map_err(tract)?;
+    // The assembled output keeps the stage output's name.
+    if let Some(label) = model.outlet_labels.remove(&to) {
+        model.outlet_labels.insert(whole, label);
+    }
+    model.compact().map_err(tract)?;
+    Ok(())
+}
+
+/// An outlet holding rows `[a, b)` of stage tensor `of`: a band itself, a
+/// slice of one, or the bands' slices joined along the rows.
+fn rows_from(
+    model: &mut TypedModel,
+    bands: &HashMap<OutletId, Vec<(usize, usize, OutletId)>>,
+    pieces: &mut HashMap<(OutletId, usize, usize), OutletId>,
+    of: OutletId,
+    a: usize,
+    b: usize,
+) -> TractResult<OutletId> {
+    if let Some(&done) = pieces.get(&(of, a, b)) {
+        return Ok(done);
+    }
+    let name = model.node(of.node).name.clone();
+    let mut parts = Vec::new();
+    for &(lo, hi, outlet) in bands.get(&of).map(Vec::as_slice).unwrap_or(&[]) {
+        let (s, e) = (lo.max(a), hi.min(b));
+        if s >= e {
+            continue;
+        }
+        if (s, e) == (lo, hi) {
+            parts.push(outlet);
+            continue;
+        }
+        let (rank, _) = rows_of(model, outlet).ok_or_else(|| format_err!("no rows"))?;
+        let slice = ops::array::Slice::new(rank - 2, (s - lo).to_dim(), (e - lo).to_dim());
+        parts.push(model.wire_node(format!("{name}.rows{s}-{e}"), slice, &[outlet])?[0]);
+    }
+    let covered: usize = bands
+        .get(&of)
+        .map(|v| {
+            v.iter()
+                .map(|&(lo, hi, _)| hi.min(b).saturating_sub(lo.max(a)))
+                .sum()
+        })
+        .unwrap_or(0);
+    ensure!(
+        covered == b - a,
+        "rows {a}..{b} of `{name}` are not computed in time"
+    );
+    let outlet = if parts.len() == 1 {
+        parts[0]
+    } else {
+        let (rank, _) = rows_of(model, parts[0]).ok_or_else(|| format_err!("no rows"))?;
+        model.wire_node(
+            format!("{name}.rows{a}-{b}.joined"),
+            ops::array::TypedConcat::new(rank - 2),
+            &parts,
+        )?[0]
+    };
+    pieces.insert((of, a, b), outlet);
+    Ok(outlet)
+}
+
+/// Marks the step that writes `stage`'s output with the stage
+/// ([`PATCH_ATTR`]), so that the bundle records it.
+pub(crate) fn record(graph: &mut crate::ModelGraph, stage: &PatchedStage) {
+    let written = graph
+        .ops
+        .iter()
+        .rposition(|op| {
+            op.outputs
+                .iter()
+                .any(|&t| graph.tensors[t].name == stage.to)
+        })
+        .or_else(|| {
+            // An unnamed output takes its assembling step's name.
+            let prefix = format!("{}.rows", stage.to);
+            graph
+                .ops
+                .iter()
+                .rposition(|op| op.name.starts_with(&prefix))
+        });
+    if let Some(step) = written {
+        let attrs = &mut graph.ops[step].attributes;
+        attrs.retain(|(k, _)| k != PATCH_ATTR);
+        attrs.push((PATCH_ATTR.into(), crate::Attr::Text(stage.to_string())));
+        attrs.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+}
+
+/// The stages a bundle's operators record ([`PATCH_ATTR`] values), in
+/// step order.
+pub fn recorded_stages<'a>(
+    attributes: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<PatchedStage>, OnnxError> {
+    attributes.into_iter().map(PatchedStage::parse).collect()
+}
