@@ -46,6 +46,33 @@ pub enum CompileError {
         /// Which step or tensor.
         source: ContentsError,
     },
+    /// The model's tensors need more than the capacity asked for
+    /// ([`PlanOptions::capacity`](stow_plan::PlanOptions::capacity)) at
+    /// one step, even with the closest stage run in bands of rows the
+    /// compiler found (or the stages given).
+    #[error(
+        "compiling {}: the tensors live at step {step} (`{op}`) need {bound} bytes, {} more than the capacity of {capacity}{}",
+        path.display(),
+        bound - capacity,
+        match stage {
+            Some(stage) => format!(", even with stage {stage} run in bands of rows"),
+            None => " (no stage of the model can run in bands of rows there)".to_string(),
+        }
+    )]
+    OverCapacity {
+        /// The model.
+        path: PathBuf,
+        /// The capacity asked for.
+        capacity: u64,
+        /// The arena's lower bound.
+        bound: u64,
+        /// The step at which the most bytes are live.
+        step: usize,
+        /// Its operator.
+        op: String,
+        /// The stage run in bands, if any (`FROM:TO:ROWS`).
+        stage: Option<String>,
+    },
     /// One arena tensor alone is larger than
     /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).
     #[error("compiling {}: tensor `{tensor}` needs {bytes} bytes, more than --max-arena {limit}; raise the limit if this is intended", path.display())]

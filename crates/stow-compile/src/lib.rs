@@ -41,6 +41,7 @@ pub mod packing;
 mod pipeline;
 pub mod pools;
 mod report;
+mod stages;
 
 pub use compare::{compare, Comparison, Outcome};
 pub use contents::{

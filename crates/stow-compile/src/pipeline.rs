@@ -118,20 +118,170 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         reuse: options.reuse,
         stages: options.stages.clone(),
     };
-    let mut graph = stow_onnx::load(model, &load).map_err(|source| CompileError::Load {
+    let load_error = |source| CompileError::Load {
         path: path(),
         source,
+    };
+    let decluttered = stow_onnx::load_decluttered(model, &load).map_err(load_error)?;
+    let graph = decluttered
+        .graph(options.reuse, &options.stages)
+        .map_err(load_error)?;
+    let mut candidates: Vec<(Option<stow_onnx::PatchedStage>, ModelGraph)> = Vec::new();
+    let mut bound_without_stages = None;
+    if let (true, Some(capacity)) = (options.stages.is_empty(), options.plan.capacity) {
+        let chosen = crate::stages::choose(&decluttered, &graph, capacity, options.reuse)
+            .map_err(load_error)?;
+        if !chosen.is_empty() {
+            bound_without_stages = Some(crate::stages::bound(&graph));
+        }
+        candidates.extend(chosen.into_iter().map(|(s, g)| (Some(s), g)));
+    }
+    if candidates.is_empty() {
+        candidates.push((None, graph));
+    }
+    drop(decluttered);
+    if let (Some(capacity), true) = (options.plan.capacity, options.pools.is_empty()) {
+        let (stage, graph) = &candidates[0];
+        let bound = crate::stages::bound(graph);
+        if bound > capacity {
+            let step = graph.peak_step();
+            return Err(CompileError::OverCapacity {
+                path: path(),
+                capacity,
+                bound,
+                step,
+                op: graph
+                    .ops
+                    .get(step)
+                    .map(|o| o.name.clone())
+                    .unwrap_or_default(),
+                stage: stage
+                    .as_ref()
+                    .or(options.stages.last())
+                    .map(|s| s.to_string()),
+            });
+        }
+    }
+    // With stages chosen for the capacity, a candidate whose bound fits
+    // may still not be planned within it (kernel scratch, or a layout the
+    // time limit does not find): the next candidate is tried.
+    let mut candidates = candidates.into_iter().peekable();
+    let (graph, stages, planned) = loop {
+        let Some((stage, mut graph)) = candidates.next() else {
+            unreachable!("at least the model itself is a candidate")
+        };
+        match plan_graph(model, &mut graph, options) {
+            Ok(planned) => {
+                break (
+                    graph,
+                    stage.map_or_else(|| options.stages.clone(), |s| vec![s]),
+                    planned,
+                )
+            }
+            Err(CompileError::Plan {
+                source: PlanError::DoesNotFit { .. },
+                ..
+            }) if candidates.peek().is_some() => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let Planned {
+        scratch_above_bound,
+        unpooled,
+        buffer_of,
+        problem,
+        traffic,
+        comparison,
+        chosen,
+    } = planned;
+    let naive = plan(
+        &unpooled,
+        &PlanOptions {
+            strategy: Strategy::Naive,
+            ..PlanOptions::default()
+        },
+    )
+    .map_err(|source| CompileError::Plan {
+        path: path(),
+        source,
+        comparison: None,
     })?;
+    let source_model = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let pool_names: Vec<String> = options.pools.iter().map(|p| p.name.clone()).collect();
+    let planned = PlannedModel {
+        graph: &graph,
+        buffer_of: &buffer_of,
+        plan: &chosen,
+        naive_bytes: naive.arena_bytes,
+        align: options.align,
+        source_model: &source_model,
+        pool_names: &pool_names,
+    };
+    let (contents, weights) =
+        bundle_contents(&planned).map_err(|source| CompileError::Contents {
+            path: path(),
+            source,
+        })?;
+    let weights: Vec<&[u8]> = weights.iter().map(|w| w.as_ref()).collect();
+    let bytes = stow_bundle::to_bytes(&contents, &weights)
+        .map_err(|source| CompileError::Encode { source })?;
+    drop(weights);
+    let report = Report::new(ReportInputs {
+        graph: &graph,
+        buffer_of: &buffer_of,
+        problem: &problem,
+        plan: &chosen,
+        auto: options.plan.strategy == Strategy::Auto,
+        naive_bytes: naive.arena_bytes,
+        bundle_bytes: bytes.len() as u64,
+        comparison,
+        scratch_above_bound,
+        compile_time: started.elapsed(),
+        pools: pools::report(&problem, &chosen, &options.pools, &traffic),
+        placement: options.placement,
+        stages,
+        bound_without_stages,
+    });
+    Ok(Compiled {
+        bytes,
+        report,
+        problem,
+        plan: chosen,
+        graph,
+        buffer_of,
+    })
+}
+
+/// What planning one recording of the model produced.
+struct Planned {
+    scratch_above_bound: Vec<crate::contents::ScratchAboveBound>,
+    unpooled: Problem,
+    buffer_of: Vec<Option<usize>>,
+    problem: Problem,
+    traffic: Vec<u64>,
+    comparison: Option<Vec<Comparison>>,
+    chosen: Plan,
+}
+
+/// Adds kernel scratch to `graph` and plans it (into the pools, when
+/// asked), every plan checked.
+fn plan_graph(
+    model: &Path,
+    graph: &mut ModelGraph,
+    options: &CompileOptions,
+) -> Result<Planned, CompileError> {
+    let path = || model.to_path_buf();
     let scratch_above_bound = if options.threads > 0 {
         if options.pack_weights {
-            crate::packing::mark_packed_weights(&mut graph).map_err(|source| {
-                CompileError::Scratch {
-                    path: path(),
-                    source,
-                }
+            crate::packing::mark_packed_weights(graph).map_err(|source| CompileError::Scratch {
+                path: path(),
+                source,
             })?;
         }
-        plan_scratch(&mut graph, options.threads).map_err(|source| CompileError::Scratch {
+        plan_scratch(graph, options.threads).map_err(|source| CompileError::Scratch {
             path: path(),
             source,
         })?
@@ -162,18 +312,18 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
     } else {
         None
     };
-    let traffic = pools::traffic(&graph, &buffer_of, unpooled.buffers.len());
+    let traffic = pools::traffic(graph, &buffer_of, unpooled.buffers.len());
     let (problem, orders) = if options.pools.is_empty() {
         (unpooled.clone(), vec![None])
     } else {
-        let pooled = pools::apply(&graph, &buffer_of, &unpooled, &options.pools, &options.pins)
+        let pooled = pools::apply(graph, &buffer_of, &unpooled, &options.pools, &options.pins)
             .map_err(|source| CompileError::Pools {
                 path: path(),
                 source,
             })?;
         let pooled = match options.placement {
             Placement::Threshold(threshold) => {
-                pools::apply_threshold(&graph, &buffer_of, pooled, &options.pools, threshold).0
+                pools::apply_threshold(graph, &buffer_of, pooled, &options.pools, threshold).0
             }
             _ => pooled,
         };
@@ -216,57 +366,13 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             limit,
         });
     }
-    let naive = plan(
-        &unpooled,
-        &PlanOptions {
-            strategy: Strategy::Naive,
-            ..PlanOptions::default()
-        },
-    )
-    .map_err(|e| planning(e, None))?;
-    let source_model = model
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let pool_names: Vec<String> = options.pools.iter().map(|p| p.name.clone()).collect();
-    let planned = PlannedModel {
-        graph: &graph,
-        buffer_of: &buffer_of,
-        plan: &chosen,
-        naive_bytes: naive.arena_bytes,
-        align: options.align,
-        source_model: &source_model,
-        pool_names: &pool_names,
-    };
-    let (contents, weights) =
-        bundle_contents(&planned).map_err(|source| CompileError::Contents {
-            path: path(),
-            source,
-        })?;
-    let weights: Vec<&[u8]> = weights.iter().map(|w| w.as_ref()).collect();
-    let bytes = stow_bundle::to_bytes(&contents, &weights)
-        .map_err(|source| CompileError::Encode { source })?;
-    drop(weights);
-    let report = Report::new(ReportInputs {
-        graph: &graph,
-        buffer_of: &buffer_of,
-        problem: &problem,
-        plan: &chosen,
-        auto: options.plan.strategy == Strategy::Auto,
-        naive_bytes: naive.arena_bytes,
-        bundle_bytes: bytes.len() as u64,
-        comparison,
+    Ok(Planned {
         scratch_above_bound,
-        compile_time: started.elapsed(),
-        pools: pools::report(&problem, &chosen, &options.pools, &traffic),
-        placement: options.placement,
-    });
-    Ok(Compiled {
-        bytes,
-        report,
-        problem,
-        plan: chosen,
-        graph,
+        unpooled,
         buffer_of,
+        problem,
+        traffic,
+        comparison,
+        chosen,
     })
 }

@@ -4,7 +4,7 @@ use crate::compare::Comparison;
 use crate::contents::ScratchAboveBound;
 use crate::pools::{Placement, PoolReport};
 use std::time::Duration;
-use stow_onnx::{Alias, ExecutionOrder, ModelGraph};
+use stow_onnx::{Alias, ExecutionOrder, ModelGraph, PatchedStage};
 use stow_plan::{Plan, Problem, Strategy};
 
 /// How many tensors the model has, and how the arena ones share bytes.
@@ -101,6 +101,11 @@ pub struct Report {
     pub pools: Vec<PoolReport>,
     /// How unpinned buffers were offered to the bounded pools.
     pub placement: Placement,
+    /// Stages run in bands of rows: given, or chosen to meet the capacity.
+    pub stages: Vec<PatchedStage>,
+    /// The model's lower bound without the stages, when the compiler
+    /// chose them to meet the capacity.
+    pub bound_without_stages: Option<u64>,
 }
 
 /// The parts of a compile a report is made of.
@@ -117,6 +122,8 @@ pub(crate) struct ReportInputs<'a> {
     pub compile_time: Duration,
     pub pools: Vec<PoolReport>,
     pub placement: Placement,
+    pub stages: Vec<PatchedStage>,
+    pub bound_without_stages: Option<u64>,
 }
 
 impl Report {
@@ -141,6 +148,8 @@ impl Report {
             scratch_above_bound: r.scratch_above_bound,
             pools: r.pools,
             placement: r.placement,
+            stages: r.stages,
+            bound_without_stages: r.bound_without_stages,
         }
     }
 }

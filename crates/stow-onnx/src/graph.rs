@@ -210,6 +210,29 @@ impl ModelGraph {
     }
 
     /// Largest total size of buffers live at one step of the recorded order.
+    /// The step at which the most arena bytes are live, run one step at
+    /// a time (the first such step on ties).
+    pub fn peak_step(&self) -> usize {
+        let (buffers, _) = self.buffers(1);
+        let mut delta = vec![0i128; self.ops.len() + 2];
+        for b in &buffers {
+            let (lo, hi) = (
+                (b.lifetime.start as usize).min(self.ops.len() + 1),
+                (b.lifetime.end as usize).min(self.ops.len() + 1),
+            );
+            delta[lo] += b.size as i128;
+            delta[hi] -= b.size as i128;
+        }
+        let (mut live, mut best) = (0i128, (0i128, 0usize));
+        for (step, d) in delta.iter().enumerate().take(self.ops.len()) {
+            live += d;
+            if live > best.0 {
+                best = (live, step);
+            }
+        }
+        best.1
+    }
+
     pub(crate) fn sequential_peak(&self) -> u64 {
         let (buffers, _) = self.buffers(1);
         stow_plan::lower_bound(&Problem::new(buffers, ConflictModel::Lifetimes))

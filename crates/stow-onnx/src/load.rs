@@ -80,6 +80,24 @@ pub fn load_decluttered(path: &Path, options: &LoadOptions) -> Result<Decluttere
 }
 
 impl Decluttered {
+    /// The names of the graph inputs.
+    pub fn input_names(&self) -> Vec<String> {
+        self.model
+            .input_outlets()
+            .map(|o| {
+                o.iter()
+                    .map(|o| self.model.node(o.node).name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Tensors that can end a stage run in bands of rows from tensor
+    /// `from` through the operator named `covering`, in evaluation order.
+    pub fn stage_ends(&self, from: &str, covering: &str) -> Vec<String> {
+        crate::stage::ends(&self.model, from, covering)
+    }
+
     /// The model with `stages` run in bands of rows, recorded in the
     /// execution order with the smallest arena lower bound.
     pub fn graph(

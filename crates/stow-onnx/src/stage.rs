@@ -96,6 +96,8 @@ enum RowMap {
         /// The padding of the width axis, unchanged in every band.
         width: (usize, usize),
     },
+    /// Output row `o` is input row `o·stride + offset` (a strided slice).
+    Sample { stride: usize, offset: usize },
 }
 
 impl RowMap {
@@ -105,6 +107,9 @@ impl RowMap {
     fn input_rows(&self, o0: usize, o1: usize, height: usize) -> (usize, usize, usize, usize) {
         match *self {
             RowMap::Same => (o0, o1, 0, 0),
+            RowMap::Sample { stride, offset } => {
+                (o0 * stride + offset, (o1 - 1) * stride + offset + 1, 0, 0)
+            }
             RowMap::Window {
                 span,
                 stride,
@@ -191,6 +196,19 @@ fn row_map(model: &TypedModel, node: &TypedNode, from: usize) -> Result<RowMap, 
     }
     if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
         return window(&pool.pool_spec, &input);
+    }
+    if let Some(sample) = any.downcast_ref::<ops::Downsample>() {
+        if sample.stride <= 0 {
+            return Err("a reversing strided slice".into());
+        }
+        if sample.axis + 2 == input.len() {
+            return Ok(RowMap::Sample {
+                stride: sample.stride as usize,
+                offset: sample.modulo,
+            });
+        }
+        // Along the width or a leading axis, rows pass through.
+        return Ok(RowMap::Same);
     }
     // Row for row: the output's last two axes are the input's.
     let out_shape = model
@@ -484,6 +502,15 @@ pub fn apply(model: &mut TypedModel, stage: &PatchedStage) -> Result<(), OnnxErr
             }
             let op: Box<dyn TypedOp> = match &sn.map {
                 RowMap::Same => node.op.clone(),
+                RowMap::Sample { stride, .. } => {
+                    // The band starts at the first row sampled.
+                    let axis = model
+                        .outlet_fact(node.inputs[sn.from])
+                        .map_err(tract)?
+                        .rank()
+                        - 2;
+                    Box::new(ops::Downsample::new(axis, *stride as isize, 0))
+                }
                 RowMap::Window { width, .. } => {
                     let any = node.op.as_op();
                     if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
@@ -626,4 +653,38 @@ pub fn recorded_stages<'a>(
     attributes: impl IntoIterator<Item = &'a str>,
 ) -> Result<Vec<PatchedStage>, OnnxError> {
     attributes.into_iter().map(PatchedStage::parse).collect()
+}
+
+/// The name the graph gives an outlet: its label, or its node's name.
+fn outlet_name(model: &TypedModel, outlet: OutletId) -> String {
+    match model.outlet_label(outlet) {
+        Some(label) => label.to_string(),
+        None if outlet.slot == 0 => model.node(outlet.node).name.clone(),
+        None => format!("{}:{}", model.node(outlet.node).name, outlet.slot),
+    }
+}
+
+/// See [`crate::Decluttered::stage_ends`].
+pub(crate) fn ends(model: &TypedModel, from: &str, covering: &str) -> Vec<String> {
+    let Some(from) = outlet_named(model, from) else {
+        return Vec::new();
+    };
+    let Some(cover) = model.nodes().iter().position(|n| n.name == covering) else {
+        return Vec::new();
+    };
+    let Ok(order) = model.eval_order() else {
+        return Vec::new();
+    };
+    let Some(start) = order.iter().position(|&n| n == cover) else {
+        return Vec::new();
+    };
+    order[start..]
+        .iter()
+        .filter(|&&n| model.node(n).outputs.len() == 1)
+        .map(|&n| OutletId::new(n, 0))
+        .filter(|&to| {
+            stage_nodes(model, from, to).is_ok_and(|nodes| nodes.iter().any(|sn| sn.id == cover))
+        })
+        .map(|to| outlet_name(model, to))
+        .collect()
 }

@@ -223,6 +223,20 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
         if r.optimal { ", optimal" } else { "" }
     );
     say!(out, "  lower bound    {}", human_bytes(r.lower_bound));
+    for stage in &r.stages {
+        say!(
+            out,
+            "  patched stage  {} -> {}, {} row{} of the output per step{}",
+            stage.from,
+            stage.to,
+            stage.rows,
+            if stage.rows == 1 { "" } else { "s" },
+            r.bound_without_stages.map_or(String::new(), |b| format!(
+                " (chosen for --capacity; bound without it {})",
+                human_bytes(b)
+            ))
+        );
+    }
     let orders: Vec<String> = r
         .order_bounds
         .iter()
