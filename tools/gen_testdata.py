@@ -253,8 +253,39 @@ def depthwise_block():
     return b.model("depthwise_block", [f32("image", [2, 8, 4, 4])], [f32("features", [2, 4, 5, 5])])
 
 
+def patch_chain():
+    """A stage of every operator kind patch-based execution runs in bands
+    of rows, from the image to `features`: a 3×3 convolution with padding,
+    Clip, max pool 3×3 stride 2 (padded), a dilated 5×5 convolution with
+    asymmetric padding, a strided 1×1 convolution (a strided slice in
+    tract), an average pool excluding padding, a depthwise 3×3 stride 2, a
+    residual addition and a row-constant bias; then a global pool after
+    the stage. Large early activations, a small stage output."""
+    b = Builder(11)
+
+    def conv(x, cin, cout, k, stride=1, pads=None, dilation=1, group=1):
+        pads = [(k // 2) * dilation] * 4 if pads is None else pads
+        return b.op("Conv", [x, b.weight("w", [cout, cin // group, k, k]), b.weight("b", [cout], 0.1)],
+                    kernel_shape=[k, k], strides=[stride, stride], pads=pads,
+                    dilations=[dilation, dilation], group=group)
+
+    x = conv("image", 3, 16, 3)
+    x = b.op("Clip", [x, b.const("lo", np.array(0, np.float32)), b.const("hi", np.array(6, np.float32))])
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    x = conv(x, 16, 16, 5, pads=[3, 4, 5, 4], dilation=2)
+    x = b.op("Relu", [x])
+    x = conv(x, 16, 24, 1, stride=2, pads=[0, 0, 0, 0])
+    y = b.op("AveragePool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0)
+    x = b.op("Add", [x, conv(y, 24, 24, 3, group=24)])
+    x = b.op("Mul", [x, b.const("scale", np.linspace(0.5, 1.5, 24, dtype=np.float32).reshape(1, 24, 1, 1))])
+    x = conv(x, 24, 24, 3, stride=2, group=24)
+    x = b.op("Relu", [x], out="stage_out")
+    b.op("GlobalAveragePool", [x], out="features")
+    return b.model("patch_chain", [f32("image", [1, 3, 128, 24])], [f32("features", [1, 24, 1, 1])])
+
+
 MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block,
-          upsample_block, depthwise_block]
+          upsample_block, depthwise_block, patch_chain]
 
 
 def run_once(path, model):
