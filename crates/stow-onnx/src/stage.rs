@@ -734,7 +734,12 @@ mod tests {
     fn elements_by_op(graph: &ModelGraph) -> HashMap<String, u64> {
         let mut out = HashMap::new();
         for op in &graph.ops {
-            let base = op.name.split(".rows").next().unwrap_or(&op.name).to_string();
+            let base = op
+                .name
+                .split(".rows")
+                .next()
+                .unwrap_or(&op.name)
+                .to_string();
             if op.name.ends_with(".joined") || !matches!(op.op_type.as_str(), "Conv" | "EinSum") {
                 continue;
             }
@@ -785,7 +790,10 @@ mod tests {
                         assert!(e <= 1e-5, "{model} {stage}: error {e}");
                     }
                     for (op, n) in elements_by_op(&patched) {
-                        assert!(n <= macs[&op], "{model} {stage}: `{op}` computes {n} outputs");
+                        assert!(
+                            n <= macs[&op],
+                            "{model} {stage}: `{op}` computes {n} outputs"
+                        );
                     }
                 }
             }
@@ -830,7 +838,11 @@ mod tests {
                 .to_string()
         };
         // The global pool reduces the rows.
-        assert!(refuse("image:features:1").contains("GlobalAveragePool"), "{}", refuse("image:features:1"));
+        assert!(
+            refuse("image:features:1").contains("GlobalAveragePool"),
+            "{}",
+            refuse("image:features:1")
+        );
         assert!(refuse("image:nothing:1").contains("no tensor `nothing`"));
         assert!(refuse("stage_out:image:1").contains("not computed from"));
     }

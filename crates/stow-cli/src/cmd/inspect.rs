@@ -200,6 +200,18 @@ pub fn run(args: Args) -> Result<()> {
         },
         c.provenance.plan_micros as f64 / 1e3
     );
+    for (step, op) in c.ops.iter().enumerate() {
+        for (k, v) in &op.attributes {
+            if let (stow_bundle::format::PATCH_ATTR, stow_bundle::AttrValue::Text(stage)) =
+                (k.as_str(), v)
+            {
+                say!(
+                    text,
+                    "  patched stage {stage} (FROM:TO:ROWS), assembled at step {step}"
+                );
+            }
+        }
+    }
     let uses = stow_cli::inspect::pool_use(c);
     let total: u64 = uses.iter().map(|p| p.traffic).sum();
     say!(text, "pools");

@@ -1,0 +1,119 @@
+//! Patch-based execution from the command line: `--patch` runs a stage in
+//! bands of rows, `--capacity` chooses one when the model does not fit,
+//! `stow verify` rebuilds the stage from the bundle, `stow run` matches
+//! tract and the whole model's bundle, and a capacity no stage can meet
+//! fails naming the bytes missing, writing nothing.
+
+mod common;
+
+use common::*;
+
+fn run_outputs(bundle: &str, threads: &str, dir: &std::path::Path, name: &str) -> Vec<f32> {
+    let out = dir.join(name);
+    let o = stow(&[
+        "run",
+        bundle,
+        "--threads",
+        threads,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stow_onnx::read_tensor_file(&out.join("output_0.pb")).unwrap();
+    t.to_plain_array_view::<f32>()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
+}
+
+#[test]
+fn capacity_chooses_a_stage_that_fits_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("patch_chain.onnx");
+    let m = model.to_str().unwrap();
+    let whole = dir.path().join("whole.stow");
+    let fitted = dir.path().join("fitted.stow");
+    let whole_json = compile_and_inspect(&model, &whole, &[]);
+    let capacity = whole_json["arena_bytes"].as_u64().unwrap() / 2;
+    let o = stow(&[
+        "compile",
+        m,
+        "-o",
+        fitted.to_str().unwrap(),
+        "--capacity",
+        &capacity.to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("patched stage  image -> "),
+        "{}",
+        stdout(&o)
+    );
+    let json = compile_and_inspect(&model, &fitted, &["--capacity", &capacity.to_string()]);
+    assert!(json["arena_bytes"].as_u64().unwrap() <= capacity);
+    let b = fitted.to_str().unwrap();
+    let o = stow(&["verify", m, b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let inspect = stdout(&stow(&["inspect", b]));
+    assert!(inspect.contains("patched stage"), "{inspect}");
+    let want = run_outputs(whole.to_str().unwrap(), "1", dir.path(), "whole");
+    for threads in ["1", "2", "3"] {
+        let o = stow(&["run", b, "--threads", threads, "--check", m]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let got = run_outputs(b, threads, dir.path(), &format!("fitted{threads}"));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn an_explicit_stage_verifies_and_bad_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("mobilenet_block.onnx");
+    let m = model.to_str().unwrap();
+    let out = dir.path().join("b.stow");
+    let o = stow(&[
+        "compile",
+        m,
+        "-o",
+        out.to_str().unwrap(),
+        "--patch",
+        "image:add_25:3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = stow(&["verify", m, out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (bad, says) in [
+        ("image:nowhere:1", "no tensor `nowhere`"),
+        ("image:pooled:1", "is "),
+        ("image:add_25", "FROM:TO:ROWS"),
+    ] {
+        let out = dir.path().join("bad.stow");
+        let o = stow(&["compile", m, "-o", out.to_str().unwrap(), "--patch", bad]);
+        assert!(!o.status.success(), "{bad}");
+        assert!(stderr(&o).contains(says), "{bad}: {}", stderr(&o));
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn a_capacity_no_stage_meets_names_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("patch_chain.onnx");
+    let out = dir.path().join("small.stow");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--capacity",
+        "20000",
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("more than the capacity of 20000"), "{e}");
+    assert!(e.contains("even with stage image:"), "{e}");
+    assert!(!out.exists());
+}
