@@ -59,6 +59,8 @@ MODELS = {
     "efficientnet_b0": torchvision_model("efficientnet_b0"),
     "inception_v3": torchvision_model("inception_v3", size=299, aux_logits=False, init_weights=True),
     "shufflenet_v2_x1_0": torchvision_model("shufflenet_v2_x1_0"),
+    "mnasnet1_0": torchvision_model("mnasnet1_0"),
+    "mobilenet_v3_small": torchvision_model("mobilenet_v3_small"),
     "deeplabv3_mobilenet_v3_large": deeplab,
     "bert_base": bert_base,
 }
