@@ -140,7 +140,11 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         candidates.push((None, graph));
     }
     drop(decluttered);
-    if let (Some(capacity), true) = (options.plan.capacity, options.pools.is_empty()) {
+    // With `compare`, the planner's own failure carries every strategy's.
+    if let (Some(capacity), true) = (
+        options.plan.capacity,
+        options.pools.is_empty() && !options.compare,
+    ) {
         let (stage, graph) = &candidates[0];
         let bound = crate::stages::bound(graph);
         if bound > capacity {

@@ -1,8 +1,9 @@
 //! Choosing a stage to run in bands of rows when the model's tensors do
 //! not fit the capacity asked for (`stow compile --capacity`).
 //!
-//! The stage starts at a graph input and must cover the step where the
-//! most bytes are live. Its end is searched among the tensors after that
+//! The stage starts at a graph input (or, where that stage cannot reach
+//! it, at a tensor written shortly before) and must cover the step where
+//! the most bytes are live. Its end is searched among the tensors after that
 //! step, first to last, considering only ends that fit the capacity
 //! beside the stage's input (both exist whole at the stage's last step). Each candidate is
 //! recorded with one row per step (the least memory) and its arena lower
@@ -11,11 +12,15 @@
 //! When none fits, the candidate with the smallest bound is kept, so that
 //! planning reports how many bytes are still missing.
 
-use stow_onnx::{Decluttered, ModelGraph, OnnxError, PatchedStage, ReuseOptions};
+use stow_onnx::{Decluttered, ModelGraph, OnnxError, PatchedStage, ReuseOptions, TensorRole};
 
-/// Most stage ends recorded before giving up: each costs a recording of
-/// the whole model.
+/// Most stage ends recorded per start, and in all: each costs a
+/// recording of the whole model.
 const MAX_ENDS: usize = 12;
+const MAX_RECORDINGS: usize = 24;
+
+/// Tensors written before the peak tried as a stage's start.
+const MAX_FROMS: usize = 16;
 
 /// Rows per step tried once one row fits, fewest steps last.
 const COARSER_ROWS: [usize; 3] = [2, 4, 8];
@@ -62,9 +67,24 @@ pub(crate) fn choose(
         let patched = decluttered.graph(reuse, std::slice::from_ref(stage)).ok()?;
         Some((bound(&patched), patched))
     };
+    // Stages start at a graph input or, where the input's stage cannot
+    // reach the peak (a squeeze-and-excitation block reads whole tensors),
+    // at a tensor written before the peak, earliest first.
+    let peak = graph.peak_step();
+    let mut froms = decluttered.input_names();
+    let before: Vec<String> = graph.ops[..peak]
+        .iter()
+        .filter_map(|op| op.outputs.first())
+        .map(|&t| &graph.tensors[t])
+        .filter(|t| t.role == TensorRole::Activation && t.shape.len() >= 3)
+        .map(|t| t.name.clone())
+        .collect();
+    let skip = before.len().saturating_sub(MAX_FROMS);
+    froms.extend(before.into_iter().skip(skip));
+    let mut recorded = 0;
     let mut fitting: Vec<(PatchedStage, ModelGraph)> = Vec::new();
     let mut closest: Option<(u64, PatchedStage, ModelGraph)> = None;
-    for from in decluttered.input_names() {
+    for from in froms {
         let Some(from_bytes) = bytes_of(&from) else {
             continue;
         };
@@ -85,6 +105,10 @@ pub(crate) fn choose(
             ends.sort_by_key(|&(_, b)| b);
         }
         for (to, _) in ends.into_iter().take(MAX_ENDS) {
+            if recorded >= MAX_RECORDINGS {
+                break;
+            }
+            recorded += 1;
             let stage = PatchedStage {
                 from: from.clone(),
                 to,

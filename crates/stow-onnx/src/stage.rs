@@ -259,6 +259,23 @@ fn row_map(model: &TypedModel, node: &TypedNode, from: usize) -> Result<RowMap, 
         }
         return Ok(RowMap::Same);
     }
+    // Quantization: parameters per tensor or per channel, constants.
+    let per_axis = if let Some(q) = any.downcast_ref::<crate::quantize::Quantize>() {
+        Some(q.axis)
+    } else {
+        any.downcast_ref::<crate::quantize::Dequantize>()
+            .map(|q| q.axis)
+    };
+    if let Some(axis) = per_axis {
+        return if axis.is_some_and(|a| a + 2 >= input.len()) {
+            Err("a quantization with parameters along a spatial axis".into())
+        } else {
+            Ok(RowMap::Same)
+        };
+    }
+    if any.downcast_ref::<crate::qops::QLinearBinary>().is_some() {
+        return Ok(RowMap::Same);
+    }
     if let Some(axis_op) = any.downcast_ref::<ops::change_axes::AxisOp>() {
         let leading = input.len() - 2;
         let ok = match *axis_op {
@@ -378,7 +395,9 @@ fn stage_nodes(model: &TypedModel, from: OutletId, to: OutletId) -> Result<Vec<S
             if i == from || needed.contains(&i.node) {
                 if from_slot.replace(slot).is_some() {
                     // Two stage inputs: row for row (a residual addition).
-                    if !(node.op_is::<ops::binary::TypedBinOp>()) {
+                    if !(node.op_is::<ops::binary::TypedBinOp>()
+                        || node.op_is::<crate::qops::QLinearBinary>())
+                    {
                         return Err(why("an operator joining two stage tensors".into()));
                     }
                 }
@@ -395,7 +414,7 @@ fn stage_nodes(model: &TypedModel, from: OutletId, to: OutletId) -> Result<Vec<S
             // Both operands of a binary operator inside the stage: each must
             // have the output's own rows and width.
             let (_, rows) = rows_of(model, out).ok_or_else(|| why("unknown rows".into()))?;
-            for &i in &node.inputs {
+            for &i in node.inputs.iter().filter(|&&i| !is_const(model, i)) {
                 if rows_of(model, i).map(|r| r.1) != Some(rows) {
                     return Err(why("an operator joining tensors of other heights".into()));
                 }
