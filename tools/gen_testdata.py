@@ -284,8 +284,31 @@ def patch_chain():
     return b.model("patch_chain", [f32("image", [1, 3, 128, 24])], [f32("features", [1, 24, 1, 1])])
 
 
+def patch_se():
+    """Two peaks a squeeze-and-excitation block separates: a wide
+    convolution on the image, a depthwise stride 2 and a narrow projection;
+    a channel gate computed from the whole narrow tensor (GlobalAveragePool,
+    1×1 convolution, Sigmoid, Mul); then a wide expansion, a depthwise and
+    a narrow projection. No stage can cross the gate, so fitting a small
+    capacity takes one stage before it and one after."""
+    b = Builder(12)
+
+    def conv(x, cin, cout, k, stride=1, group=1):
+        return b.op("Conv", [x, b.weight("w", [cout, cin // group, k, k]), b.weight("b", [cout], 0.1)],
+                    kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=group)
+
+    x = b.op("Relu", [conv("image", 3, 24, 3)])
+    x = conv(b.op("Relu", [conv(x, 24, 24, 3, stride=2, group=24)]), 24, 8, 1)
+    gate = b.op("Sigmoid", [conv(b.op("GlobalAveragePool", [x]), 8, 8, 1)])
+    x = b.op("Mul", [x, gate])
+    x = b.op("Relu", [conv(x, 8, 48, 1)])
+    x = b.op("Relu", [conv(x, 48, 48, 3, group=48)])
+    b.op("Conv", [x, b.weight("w", [8, 48, 1, 1])], out="features", kernel_shape=[1, 1])
+    return b.model("patch_se", [f32("image", [1, 3, 64, 32])], [f32("features", [1, 8, 32, 16])])
+
+
 MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block,
-          upsample_block, depthwise_block, patch_chain]
+          upsample_block, depthwise_block, patch_chain, patch_se]
 
 
 def run_once(path, model):

@@ -114,6 +114,41 @@ fn a_capacity_no_stage_meets_names_what_is_missing() {
     assert!(!o.status.success());
     let e = stderr(&o);
     assert!(e.contains("more than the capacity of 20000"), "{e}");
-    assert!(e.contains("even with stage image:"), "{e}");
+    assert!(e.contains("even with image:"), "{e}");
     assert!(!out.exists());
+}
+
+/// A squeeze-and-excitation gate reads its whole input, so no stage
+/// crosses it: a capacity below both peaks takes one stage before the gate
+/// and one after, both recorded, verified and run like the whole model.
+#[test]
+fn two_stages_around_a_gate_fit_where_one_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("patch_se.onnx");
+    let m = model.to_str().unwrap();
+    let whole = dir.path().join("whole.stow");
+    let whole_json = compile_and_inspect(&model, &whole, &[]);
+    let capacity = whole_json["arena_bytes"].as_u64().unwrap() / 3;
+    let fitted = dir.path().join("fitted.stow");
+    let b = fitted.to_str().unwrap();
+    let o = stow(&["compile", m, "-o", b, "--capacity", &capacity.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).matches("patched stage").count(),
+        2,
+        "{}",
+        stdout(&o)
+    );
+    let json = compile_and_inspect(&model, &fitted, &["--capacity", &capacity.to_string()]);
+    assert!(json["arena_bytes"].as_u64().unwrap() <= capacity);
+    let o = stow(&["verify", m, b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = run_outputs(whole.to_str().unwrap(), "1", dir.path(), "whole");
+    for threads in ["1", "2"] {
+        let got = run_outputs(b, threads, dir.path(), &format!("fitted{threads}"));
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
 }

@@ -55,7 +55,7 @@ pub enum CompileError {
         path.display(),
         bound - capacity,
         match stage {
-            Some(stage) => format!(", even with stage {stage} run in bands of rows"),
+            Some(stages) => format!(", even with {stages} run in bands of rows"),
             None => " (no stage of the model can run in bands of rows there)".to_string(),
         }
     )]
@@ -70,7 +70,8 @@ pub enum CompileError {
         step: usize,
         /// Its operator.
         op: String,
-        /// The stage run in bands, if any (`FROM:TO:ROWS`).
+        /// The stages run in bands, if any (`FROM:TO:ROWS`, comma
+        /// separated).
         stage: Option<String>,
     },
     /// One arena tensor alone is larger than

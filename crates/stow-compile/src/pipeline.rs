@@ -126,7 +126,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
     let graph = decluttered
         .graph(options.reuse, &options.stages)
         .map_err(load_error)?;
-    let mut candidates: Vec<(Option<stow_onnx::PatchedStage>, ModelGraph)> = Vec::new();
+    let mut candidates: Vec<(Option<Vec<stow_onnx::PatchedStage>>, ModelGraph)> = Vec::new();
     let mut bound_without_stages = None;
     if let (true, Some(capacity)) = (options.stages.is_empty(), options.plan.capacity) {
         let chosen = crate::stages::choose(&decluttered, &graph, capacity, options.reuse)
@@ -134,7 +134,11 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         if !chosen.is_empty() {
             bound_without_stages = Some(crate::stages::bound(&graph));
         }
-        candidates.extend(chosen.into_iter().map(|(s, g)| (Some(s), g)));
+        for (stages, g) in chosen {
+            let (stages, g) = crate::stages::in_step_order(&decluttered, stages, g, options.reuse)
+                .map_err(load_error)?;
+            candidates.push((Some(stages), g));
+        }
     }
     if candidates.is_empty() {
         candidates.push((None, graph));
@@ -160,9 +164,11 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
                     .map(|o| o.name.clone())
                     .unwrap_or_default(),
                 stage: stage
-                    .as_ref()
-                    .or(options.stages.last())
-                    .map(|s| s.to_string()),
+                    .as_deref()
+                    .unwrap_or(&options.stages)
+                    .iter()
+                    .map(|s| s.to_string())
+                    .reduce(|a, b| format!("{a}, {b}")),
             });
         }
     }
@@ -178,7 +184,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
             Ok(planned) => {
                 break (
                     graph,
-                    stage.map_or_else(|| options.stages.clone(), |s| vec![s]),
+                    stage.unwrap_or_else(|| options.stages.clone()),
                     planned,
                 )
             }

@@ -22,6 +22,9 @@ const MAX_RECORDINGS: usize = 24;
 /// Tensors written before the peak tried as a stage's start.
 const MAX_FROMS: usize = 16;
 
+/// Most stages chained when one is not enough.
+const MAX_STAGES: usize = 3;
+
 /// Rows per step tried once one row fits, fewest steps last.
 const COARSER_ROWS: [usize; 3] = [2, 4, 8];
 
@@ -39,20 +42,61 @@ pub(crate) fn bound(graph: &ModelGraph) -> u64 {
         .unwrap_or(0)
 }
 
-/// Stages for `decluttered` whose bound fits `capacity`, each with the
-/// model recorded with it, best first: the first end that fits with the
-/// most rows per step that still fit, then with fewer rows, then the
-/// next ends that fit. When none fits, the closest candidate alone; when
-/// the model fits already or no stage can run in bands, none.
+/// Stages for `decluttered` whose bound fits `capacity`, each list with
+/// the model recorded with it, best first. When no single stage fits, the
+/// closest one is kept and the search repeats on the model with it, up to
+/// [`MAX_STAGES`] stages (a peak may move to a later step). When nothing
+/// fits, the closest list alone; when the model fits already or no stage
+/// can run in bands, none.
 pub(crate) fn choose(
     decluttered: &Decluttered,
     graph: &ModelGraph,
     capacity: u64,
     reuse: ReuseOptions,
-) -> Result<Vec<(PatchedStage, ModelGraph)>, OnnxError> {
-    if bound(graph) <= capacity || graph.ops.is_empty() {
-        return Ok(Vec::new());
+) -> Result<Vec<(Vec<PatchedStage>, ModelGraph)>, OnnxError> {
+    let mut prefix: Vec<PatchedStage> = Vec::new();
+    let mut base = decluttered.clone();
+    let mut current: Option<ModelGraph> = None;
+    for _ in 0..MAX_STAGES {
+        let now = current.as_ref().unwrap_or(graph);
+        if bound(now) <= capacity || now.ops.is_empty() {
+            break;
+        }
+        let (fitting, closest) = candidates(&base, now, capacity, reuse);
+        if !fitting.is_empty() {
+            return Ok(fitting
+                .into_iter()
+                .map(|(stage, g)| {
+                    let mut stages = prefix.clone();
+                    stages.push(stage);
+                    (stages, g)
+                })
+                .collect());
+        }
+        match closest {
+            Some((b, stage, g)) if b < bound(now) => {
+                base = base.with_stages(std::slice::from_ref(&stage))?;
+                prefix.push(stage);
+                current = Some(g);
+            }
+            _ => break,
+        }
     }
+    Ok(current.map(|g| vec![(prefix, g)]).unwrap_or_default())
+}
+
+/// The stages that fit on `decluttered` as it is (see [`choose`]), and
+/// the closest one that does not, with its bound.
+#[allow(clippy::type_complexity)]
+fn candidates(
+    decluttered: &Decluttered,
+    graph: &ModelGraph,
+    capacity: u64,
+    reuse: ReuseOptions,
+) -> (
+    Vec<(PatchedStage, ModelGraph)>,
+    Option<(u64, PatchedStage, ModelGraph)>,
+) {
     let covering = graph.ops[graph.peak_step()].name.clone();
     let bytes_of = |name: &str| {
         graph
@@ -135,15 +179,37 @@ pub(crate) fn choose(
                 }
                 fitting.push((stage, patched));
                 if fitting.len() >= MAX_FITTING {
-                    return Ok(fitting);
+                    return (fitting, closest);
                 }
             } else if closest.as_ref().is_none_or(|(c, _, _)| b < *c) {
                 closest = Some((b, stage, patched));
             }
         }
     }
-    if fitting.is_empty() {
-        return Ok(closest.map(|(_, s, g)| vec![(s, g)]).unwrap_or_default());
+    (fitting, closest)
+}
+
+/// `stages` in the order of the steps that assemble their outputs, the
+/// order `stow verify` applies them in, with the model recorded so.
+pub(crate) fn in_step_order(
+    decluttered: &Decluttered,
+    stages: Vec<PatchedStage>,
+    graph: ModelGraph,
+    reuse: ReuseOptions,
+) -> Result<(Vec<PatchedStage>, ModelGraph), OnnxError> {
+    let step_of = |stage: &PatchedStage| {
+        graph.ops.iter().position(|op| {
+            op.attributes.iter().any(|(k, v)| {
+                k == stow_bundle::format::PATCH_ATTR
+                    && matches!(v, stow_onnx::Attr::Text(t) if *t == stage.to_string())
+            })
+        })
+    };
+    let mut sorted = stages.clone();
+    sorted.sort_by_key(|s| step_of(s));
+    if sorted == stages {
+        return Ok((stages, graph));
     }
-    Ok(fitting)
+    let graph = decluttered.graph(reuse, &sorted)?;
+    Ok((sorted, graph))
 }

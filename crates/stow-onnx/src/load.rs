@@ -30,6 +30,8 @@ pub struct LoadOptions {
 #[derive(Clone, Debug)]
 pub struct Decluttered {
     model: TypedModel,
+    /// Stages already rewritten into `model` ([`Decluttered::with_stages`]).
+    applied: Vec<crate::PatchedStage>,
 }
 
 /// Loads `path`, fixes its input shapes, declutters it and records every
@@ -76,10 +78,28 @@ pub fn load_decluttered(path: &Path, options: &LoadOptions) -> Result<Decluttere
         crate::graph::name_outputs(&mut model, &output_names)?;
         Ok(model)
     })?;
-    Ok(Decluttered { model })
+    Ok(Decluttered {
+        model,
+        applied: Vec::new(),
+    })
 }
 
 impl Decluttered {
+    /// The model with `stages` rewritten into it, for further stages to
+    /// be tried on ([`Decluttered::graph`] records them all).
+    pub fn with_stages(&self, stages: &[crate::PatchedStage]) -> Result<Decluttered, OnnxError> {
+        let model = contain(Stage::Declutter, || {
+            let mut model = self.model.clone();
+            for stage in stages {
+                crate::stage::apply(&mut model, stage)?;
+            }
+            Ok(model)
+        })?;
+        let mut applied = self.applied.clone();
+        applied.extend_from_slice(stages);
+        Ok(Decluttered { model, applied })
+    }
+
     /// The names of the graph inputs.
     pub fn input_names(&self) -> Vec<String> {
         self.model
@@ -108,13 +128,7 @@ impl Decluttered {
         let decluttered = if stages.is_empty() {
             self.model.clone()
         } else {
-            contain(Stage::Declutter, || {
-                let mut model = self.model.clone();
-                for stage in stages {
-                    crate::stage::apply(&mut model, stage)?;
-                }
-                Ok(model)
-            })?
+            self.with_stages(stages)?.model
         };
         // Record the model under every order; keep the one whose arena lower
         // bound (after aliasing) is smallest, tract's RAM order on ties.
@@ -133,7 +147,7 @@ impl Decluttered {
         let mut graph =
             best.ok_or_else(|| OnnxError::tract(Stage::Analysis, "no execution order"))?;
         graph.order_bounds = bounds;
-        for stage in stages {
+        for stage in self.applied.iter().chain(stages) {
             crate::stage::record(&mut graph, stage);
         }
         Ok(graph)

@@ -780,6 +780,7 @@ mod tests {
             "mobilenet_block.onnx",
             "residual_cnn.onnx",
             "depthwise_block.onnx",
+            "patch_se.onnx",
         ] {
             let d = decluttered(model);
             let whole = d.graph(Default::default(), &[]).unwrap();
@@ -828,7 +829,9 @@ mod tests {
         let d = decluttered("patch_chain.onnx");
         let whole = d.graph(Default::default(), &[]).unwrap();
         let stage = PatchedStage::parse("image:stage_out:1").unwrap();
-        let patched = d.graph(Default::default(), &[stage.clone()]).unwrap();
+        let patched = d
+            .graph(Default::default(), std::slice::from_ref(&stage))
+            .unwrap();
         let bound = |g: &ModelGraph| g.order_bounds.iter().map(|b| b.1).min().unwrap();
         assert!(
             bound(&patched) * 2 < bound(&whole),
