@@ -179,6 +179,24 @@ def test_model_runs_like_onnxruntime(name, tmp_path):
             assert ours[out].tobytes() == plain[out].tobytes(), out
 
 
+@pytest.mark.parametrize("name", ["patch_chain", "patch_se"])
+def test_a_capacity_runs_stages_in_bands_like_onnxruntime(name):
+    model = TESTDATA / f"{name}.onnx"
+    whole = stowage.compile(model).report
+    capacity = whole["arena_bytes"] // 2
+    compiled = stowage.compile(model, capacity=capacity)
+    report = compiled.report
+    assert report["arena_bytes"] <= capacity
+    assert report["stages"] and report["bound_without_stages"] == whole["lower_bound_bytes"]
+    inputs = random_inputs(compiled.inputs, 3)
+    assert_match(stowage.Session(compiled).run(inputs), onnxruntime_outputs(model, inputs))
+    given = stowage.compile(model, patch=report["stages"])
+    assert given.report["stages"] == report["stages"]
+    assert given.report["bound_without_stages"] is None
+    with pytest.raises(stowage.OptionError, match="FROM:TO:ROWS"):
+        stowage.compile(model, patch=["image:features"])
+
+
 def case_options(case):
     """`stow compile` flags of a regression case (args.txt) as keywords."""
     args = (REGRESS / case / "args.txt")

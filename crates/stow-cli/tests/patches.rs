@@ -57,6 +57,8 @@ fn capacity_chooses_a_stage_that_fits_and_verifies() {
     assert!(o.status.success(), "{}", stderr(&o));
     let inspect = stdout(&stow(&["inspect", b]));
     assert!(inspect.contains("patched stage"), "{inspect}");
+    let chart = stdout(&stow(&["inspect", b, "--chart"]));
+    assert!(chart.contains("1 stage in bands of rows"), "{chart}");
     let want = run_outputs(whole.to_str().unwrap(), "1", dir.path(), "whole");
     for threads in ["1", "2", "3"] {
         let o = stow(&["run", b, "--threads", threads, "--check", m]);

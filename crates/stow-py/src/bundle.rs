@@ -423,5 +423,8 @@ fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>>
     }
     d.set_item("pools", pools)?;
     d.set_item("placement", r.placement.to_string())?;
+    let stages: Vec<String> = r.stages.iter().map(|s| s.to_string()).collect();
+    d.set_item("stages", stages)?;
+    d.set_item("bound_without_stages", r.bound_without_stages)?;
     Ok(d)
 }

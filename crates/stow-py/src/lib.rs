@@ -52,7 +52,9 @@ fn bundle_name(model: &std::path::Path) -> String {
 /// in its order or a list of `(name, bytes or None)` pairs, only the last
 /// without a limit), `pins={"tensor or op": "sram"}` (`--pin`) and
 /// `placement` (`--placement`: `"gain"`, `"first-use"`, `"threshold"` or
-/// `"threshold=BYTES"`).
+/// `"threshold=BYTES"`). Patch-based execution: `patch=["FROM:TO:ROWS"]`
+/// (`--patch`); with `capacity` and no `patch`, the compiler chooses
+/// stages when the model does not fit otherwise.
 #[pyfunction]
 #[pyo3(signature = (
     model,
@@ -78,6 +80,7 @@ fn bundle_name(model: &std::path::Path) -> String {
     pools = None,
     pins = None,
     placement = "gain".to_string(),
+    patch = Vec::new(),
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile<'py>(
@@ -104,6 +107,7 @@ fn compile<'py>(
     pools: Option<Bound<'py, PyAny>>,
     pins: Option<Bound<'py, PyDict>>,
     placement: String,
+    patch: Vec<String>,
 ) -> PyResult<Bundle> {
     let options = options::compile_options(
         py,
@@ -131,6 +135,7 @@ fn compile<'py>(
             pools,
             pins,
             placement,
+            patch,
         },
     )?;
     let outcome = py.detach(|| {

@@ -33,6 +33,7 @@ pub struct CompileArgs<'py> {
     pub pools: Option<Bound<'py, PyAny>>,
     pub pins: Option<Bound<'py, PyDict>>,
     pub placement: String,
+    pub patch: Vec<String>,
 }
 
 fn option_error(py: Python<'_>, text: String) -> PyErr {
@@ -233,6 +234,12 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
     }
     let placement = Placement::parse(&args.placement)
         .map_err(|e| option_error(py, format!("placement: {e}")))?;
+    let stages = args
+        .patch
+        .iter()
+        .map(|s| stow_onnx::PatchedStage::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| option_error(py, format!("patch: {e}")))?;
     let mut fixed = match &args.set {
         Some(set) => constants(py, set)?,
         None => Vec::new(),
@@ -267,5 +274,6 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
         pools,
         pins,
         placement,
+        stages,
     })
 }

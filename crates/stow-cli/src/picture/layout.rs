@@ -534,8 +534,26 @@ impl<'c> Layout<'c> {
         } else {
             self.arena_bytes() as f64 / p.lower_bound_bytes as f64
         };
+        // Stages run in bands of rows (docs/PATCHES.md) show as runs of
+        // small, short-lived tensors: say so.
+        let stages = self
+            .contents
+            .ops
+            .iter()
+            .filter(|op| {
+                op.attributes
+                    .iter()
+                    .any(|(k, _)| k == stow_bundle::format::PATCH_ATTR)
+            })
+            .count();
+        // First: a text chart cuts lines at 100 characters.
+        let stages = match stages {
+            0 => String::new(),
+            1 => "1 stage in bands of rows; ".to_string(),
+            n => format!("{n} stages in bands of rows; "),
+        };
         format!(
-            "arena {}, lower bound {} (ratio {ratio:.3}), without reuse {}, strategy {}",
+            "{stages}arena {}, lower bound {} (ratio {ratio:.3}), without reuse {}, strategy {}",
             human_bytes(self.arena_bytes()),
             human_bytes(p.lower_bound_bytes),
             human_bytes(p.naive_bytes),
