@@ -77,8 +77,9 @@ struct Entry {
     id: u32,
     unused: u32,
     /// Byte range; `end == 0` while unplaced (every filed buffer has
-    /// bytes), and then `start` holds the buffer's size, which tells
-    /// [`CoverTree::split_overlapping`] whether it comes first by size.
+    /// bytes), and then `start` holds the buffer's priority (its size
+    /// unless [`PlacedIndex::set_priorities`] says otherwise), which tells
+    /// [`CoverTree::split_overlapping`] whether it is placed first.
     start: u64,
     end: u64,
 }
@@ -255,12 +256,13 @@ impl CoverTree {
 
 impl CoverTree {
     /// Like [`CoverTree::overlapping`], and also pushes to `pending` every
-    /// unplaced buffer overlapping `id` that largest-first order (size
-    /// descending, then first segment, then id) places before it.
+    /// unplaced buffer overlapping `id` that comes before it: a higher
+    /// priority than `priority` (`id`'s), or an equal one and an earlier
+    /// first segment, or the same one and a lower id.
     fn split_overlapping(
         &self,
         id: usize,
-        size: u64,
+        priority: u64,
         out: &mut Vec<Taken>,
         pending: &mut Vec<u32>,
     ) {
@@ -285,8 +287,8 @@ impl CoverTree {
                                 end: e.end,
                                 id: e.id,
                             });
-                        } else if e.start > size
-                            || (e.start == size && (e.from, e.id) < (a, id as u32))
+                        } else if e.start > priority
+                            || (e.start == priority && (e.from, e.id) < (a, id as u32))
                         {
                             pending.push(e.id);
                         }
@@ -417,21 +419,36 @@ impl<'p> PlacedIndex<'p> {
         }
     }
 
-    /// Under lifetimes, for an unplaced buffer `id`: when every buffer
-    /// that overlaps it and comes before it in largest-first order (size
-    /// descending, then start, then id) is placed, fills `out` as
-    /// [`PlacedIndex::taken`] does and returns true; otherwise lists the
-    /// unplaced ones in `pending` and returns false.
+    /// Gives every unplaced buffer `i` the priority `priority(i)` (see
+    /// [`PlacedIndex::taken_if_ready`]); until then a buffer's priority is
+    /// its size.
+    pub fn set_priorities(&mut self, priority: impl Fn(usize) -> u64) {
+        if let Kind::Lifetimes(tree) = &mut self.kind {
+            for e in tree.entries.iter_mut() {
+                if e.end == 0 {
+                    e.start = priority(e.id as usize);
+                }
+            }
+        }
+    }
+
+    /// Under lifetimes, for an unplaced buffer `id` of priority `priority`:
+    /// when every buffer that overlaps it and comes before it (a higher
+    /// priority, or an equal one and an earlier start, or the same start
+    /// and a lower id) is placed, fills `out` as [`PlacedIndex::taken`]
+    /// does and returns true; otherwise lists the unplaced ones in
+    /// `pending` and returns false.
     pub fn taken_if_ready(
         &mut self,
         id: usize,
+        priority: u64,
         out: &mut Vec<Taken>,
         pending: &mut Vec<u32>,
     ) -> bool {
         out.clear();
         pending.clear();
         if let Kind::Lifetimes(tree) = &self.kind {
-            tree.split_overlapping(id, self.problem.buffers[id].size, out, pending);
+            tree.split_overlapping(id, priority, out, pending);
         }
         if !pending.is_empty() {
             return false;

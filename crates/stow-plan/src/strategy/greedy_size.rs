@@ -13,17 +13,15 @@
 
 use super::Budget;
 use crate::bound::max_live_count;
-use crate::index::{best_gap, PlacedIndex};
-use crate::problem::{ConflictModel, Problem};
+use crate::index::{best_gap, PlacedIndex, Taken};
+use crate::problem::{Buffer, ConflictModel, Problem};
 use std::cmp::Reverse;
 
 /// Largest first; each buffer takes the smallest gap between already placed
 /// conflicting buffers that holds it, or goes on top of them. `None` when
 /// the budget runs out first.
 pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
-    if matches!(problem.conflicts, ConflictModel::Lifetimes)
-        && max_live_count(problem) <= SWEEP_MAX_LIVE
-    {
+    if sweeps_well(problem) {
         return place_sweeping(problem, budget);
     }
     let mut order: Vec<usize> = (0..problem.buffers.len()).collect();
@@ -84,15 +82,7 @@ pub(super) fn place_in_order(
     Some(index.into_offsets())
 }
 
-/// [`place`] under lifetimes, in a time sweep: each buffer in order of
-/// start, after the unplaced buffers it waits for (those overlapping it
-/// and coming first in largest-first order), which wait in turn on a
-/// stack. The layout is the one largest-first order gives: when a buffer
-/// is placed, the placed buffers overlapping it are exactly those that
-/// come before it (any later one overlapping it would have waited for
-/// it). A buffer is queried at most twice: once to find what it waits for,
-/// once to place it when all of that is placed. `None` when the budget
-/// runs out first.
+/// [`place`] under lifetimes, in a time sweep (see [`sweep`]).
 fn place_sweeping(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
     let mut index = PlacedIndex::new(problem);
     for (i, b) in problem.buffers.iter().enumerate() {
@@ -100,12 +90,47 @@ fn place_sweeping(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
             index.place(i, o);
         }
     }
+    // Size descending, then start, then id: largest first.
+    let size = |i: usize| problem.buffers[i].size;
+    sweep(problem, &mut index, size, budget, |taken, b| {
+        best_gap(taken, b.size, b.align, |_| 0)
+    })?;
+    Some(index.into_offsets())
+}
+
+/// Whether [`sweep`] pays on `problem`: lifetimes, and at most
+/// [`SWEEP_MAX_LIVE`] buffers live at once.
+pub(super) fn sweeps_well(problem: &Problem) -> bool {
+    matches!(problem.conflicts, ConflictModel::Lifetimes)
+        && max_live_count(problem) <= SWEEP_MAX_LIVE
+}
+
+/// Places every unplaced buffer of a lifetime `index` where `fit` puts it
+/// given the placed buffers overlapping it, in the order `priority` gives
+/// (higher first, then earlier start, then lower id), as a pass over that
+/// order would, but in a time sweep: each buffer in order of start, after
+/// the unplaced buffers it waits for (those overlapping it and coming
+/// first), which wait in turn on a stack. When a buffer is placed, the
+/// placed buffers overlapping it are exactly those that come before it
+/// (any later one overlapping it would have waited for it), and a
+/// buffer's place depends on nothing else, so the layout is the one the
+/// order gives. A buffer is queried at most twice: once to find what it
+/// waits for, once to place it. `None` when the budget runs out first
+/// (the index then holds part of the layout).
+pub(super) fn sweep(
+    problem: &Problem,
+    index: &mut PlacedIndex,
+    priority: impl Fn(usize) -> u64,
+    budget: Budget,
+    mut fit: impl FnMut(&[Taken], &Buffer) -> u64,
+) -> Option<()> {
     for i in 0..problem.buffers.len() {
         if problem.is_trivial(i) && !index.is_placed(i) {
             // Invisible to every query (no bytes, or no lifetime).
             index.place(i, 0);
         }
     }
+    index.set_priorities(&priority);
     let sweep = index.by_start().expect("a lifetime index");
     let (mut taken, mut pending) = (Vec::new(), Vec::new());
     let mut stack: Vec<u32> = Vec::new();
@@ -125,23 +150,21 @@ fn place_sweeping(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
             if queries % CLOCK_EVERY == 0 && budget.expired() {
                 return None;
             }
-            if !index.taken_if_ready(i, &mut taken, &mut pending) {
+            if !index.taken_if_ready(i, priority(i), &mut taken, &mut pending) {
                 stack.extend_from_slice(&pending);
                 continue;
             }
-            let b = &problem.buffers[i];
-            let offset = best_gap(&taken, b.size, b.align, |_| 0);
+            let offset = fit(&taken, &problem.buffers[i]);
             index.place(i, offset);
             stack.pop();
         }
     }
-    Some(index.into_offsets())
+    Some(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problem::Buffer;
     use crate::testing::Rng;
 
     /// Largest first in the plain order, as [`place`] did before the sweep.
@@ -182,6 +205,67 @@ mod tests {
             })
             .collect();
         Problem::new(buffers, ConflictModel::Lifetimes)
+    }
+
+    /// Lowest fit in `order`, one buffer after the other.
+    fn lowest_in_order(problem: &Problem, order: &[usize]) -> Vec<u64> {
+        let mut index = PlacedIndex::new(problem);
+        for (i, b) in problem.buffers.iter().enumerate() {
+            if let Some(o) = b.pinned_offset {
+                index.place(i, o);
+            }
+        }
+        let mut taken = Vec::new();
+        for &i in order {
+            if index.is_placed(i) {
+                continue;
+            }
+            let b = &problem.buffers[i];
+            let offset = if problem.is_trivial(i) {
+                0
+            } else {
+                index.taken(i, &mut taken);
+                crate::index::lowest_gap(&taken, b.size, b.align)
+            };
+            index.place(i, offset);
+        }
+        index.into_offsets()
+    }
+
+    #[test]
+    fn the_sweep_gives_the_layout_of_any_order() {
+        for seed in 0..300 {
+            let p = random_trace(seed);
+            let n = p.buffers.len();
+            let mut r = Rng::new(seed ^ 0xABCD);
+            let mut order: Vec<usize> = (0..n).collect();
+            for k in (1..n).rev() {
+                order.swap(k, r.range(0, k as u64 + 1) as usize);
+            }
+            let mut priority = vec![0u64; n];
+            for (k, &i) in order.iter().enumerate() {
+                priority[i] = (n - k) as u64;
+            }
+            let mut index = PlacedIndex::new(&p);
+            for (i, b) in p.buffers.iter().enumerate() {
+                if let Some(o) = b.pinned_offset {
+                    index.place(i, o);
+                }
+            }
+            sweep(
+                &p,
+                &mut index,
+                |i| priority[i],
+                Budget::unlimited(),
+                |t, b| crate::index::lowest_gap(t, b.size, b.align),
+            )
+            .expect("unlimited");
+            assert_eq!(
+                index.into_offsets(),
+                lowest_in_order(&p, &order),
+                "seed {seed}"
+            );
+        }
     }
 
     #[test]

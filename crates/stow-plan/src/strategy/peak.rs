@@ -16,7 +16,7 @@
 //! stop at the threshold, when an order repeats, after the round limit, or
 //! when the time budget runs out. The best layout seen is returned.
 
-use super::greedy_size::CLOCK_EVERY;
+use super::greedy_size::{sweep, sweeps_well, CLOCK_EVERY};
 use super::Budget;
 use crate::index::{lowest_gap, PlacedIndex, Taken, Timeline};
 use crate::problem::{ConflictModel, Problem};
@@ -154,7 +154,24 @@ fn layout(
     budget: Budget,
 ) -> Option<(Vec<u64>, u64)> {
     let mut index = fresh(problem);
-    drop_in(problem, &mut index, order, taken, budget)?;
+    if sweeps_well(problem) {
+        // The same layout as dropping in `order`, with neighbouring
+        // queries one after the other (see `greedy_size::sweep`).
+        let n = order.len() as u64;
+        let mut priority = vec![0u64; problem.buffers.len()];
+        for (k, &i) in order.iter().enumerate() {
+            priority[i] = n - k as u64;
+        }
+        sweep(
+            problem,
+            &mut index,
+            |i| priority[i],
+            budget,
+            |taken, b| lowest_gap(taken, b.size, b.align),
+        )?;
+    } else {
+        drop_in(problem, &mut index, order, taken, budget)?;
+    }
     let offsets = index.into_offsets();
     let h = super::height(problem, &offsets);
     Some((offsets, h))
