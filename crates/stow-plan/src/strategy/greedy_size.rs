@@ -147,7 +147,7 @@ pub(super) fn sweep(
                 continue;
             }
             queries += 1;
-            if queries % CLOCK_EVERY == 0 && budget.expired() {
+            if queries.is_multiple_of(CLOCK_EVERY) && budget.expired() {
                 return None;
             }
             if !index.taken_if_ready(i, priority(i), &mut taken, &mut pending) {

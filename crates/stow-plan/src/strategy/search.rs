@@ -562,7 +562,7 @@ const PROBE_TRIES: [(&str, Ties, bool); 7] = [
 
 /// The probe lane's restart seeds come from this lane seed (any value
 /// other than the portfolio's lanes').
-const PROBE_SEED: u64 = 0x5EED_0F_9B0BE;
+const PROBE_SEED: u64 = 0x05EE_D0F9_B0BE;
 
 /// What the probe lane leaves: its best layout and the least height it
 /// proved (a cap it exhausted, plus one).
