@@ -152,9 +152,10 @@ fn layout(
     order: &[usize],
     taken: &mut Vec<Taken>,
     budget: Budget,
+    sweeping: bool,
 ) -> Option<(Vec<u64>, u64)> {
     let mut index = fresh(problem);
-    if sweeps_well(problem) {
+    if sweeping {
         // The same layout as dropping in `order`, with neighbouring
         // queries one after the other (see `greedy_size::sweep`).
         let n = order.len() as u64;
@@ -194,11 +195,12 @@ pub(super) fn place(
     let all: Vec<usize> = (0..n).collect();
     let mut taken = Vec::new();
     let mut best: Option<(u64, Vec<u64>, Vec<usize>)> = None;
+    let sweeping = sweeps_well(problem);
     for key in KEYS {
         let mut order = all.clone();
         keys.sort(&mut order, key);
         let limit = if best.is_none() { first } else { budget };
-        let Some((offsets, h)) = layout(problem, &order, &mut taken, limit) else {
+        let Some((offsets, h)) = layout(problem, &order, &mut taken, limit, sweeping) else {
             return (best.map(|(_, offsets, _)| offsets), 0, true);
         };
         if best.as_ref().is_none_or(|b| h < b.0) {
