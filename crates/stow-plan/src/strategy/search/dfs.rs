@@ -645,6 +645,58 @@ impl Dfs {
     /// member low enough (the section's witness, usually still low enough
     /// from the last look) settles a section here.
     fn consistent(&mut self, range: (u32, u32), cur: u64) -> bool {
+        let lazy = self.consistent_lazily(range, cur);
+        #[cfg(test)]
+        assert_eq!(
+            lazy,
+            self.consistent_by_scan(range, cur),
+            "the witnesses gave another verdict than the floors' definition"
+        );
+        lazy
+    }
+
+    /// [`Dfs::consistent`] by its definition, scanning every unplaced
+    /// member of every section: what the unit tests hold the witnesses to.
+    #[cfg(test)]
+    fn consistent_by_scan(&self, range: (u32, u32), cur: u64) -> bool {
+        let monotonic = self.flags.canonical && self.flags.monotonic_floor;
+        if !self.flags.section_inference && !monotonic {
+            return true;
+        }
+        (range.0 as usize..range.1 as usize).all(|s| {
+            let unplaced: Vec<usize> = self.sections[s]
+                .iter()
+                .map(|&u| u as usize)
+                .filter(|&u| !self.placed[u])
+                .collect();
+            let total: u64 = unplaced.iter().map(|&u| self.size[u]).sum();
+            if total == 0 {
+                return true;
+            }
+            let mut floor = self.sections[s]
+                .iter()
+                .map(|&u| u as usize)
+                .filter(|&u| self.placed[u])
+                .map(|u| self.offset[u] + self.size[u])
+                .max()
+                .unwrap_or(0);
+            if monotonic {
+                floor = floor.max(cur);
+            }
+            if self.flags.unallocated_floor {
+                let lowest = unplaced.iter().map(|&u| self.min_off[u]).min();
+                floor = floor.max(lowest.unwrap_or(0));
+            }
+            let above = if self.flags.section_inference {
+                total
+            } else {
+                0
+            };
+            floor.saturating_add(above) <= self.cap
+        })
+    }
+
+    fn consistent_lazily(&mut self, range: (u32, u32), cur: u64) -> bool {
         let monotonic = self.flags.canonical && self.flags.monotonic_floor;
         if !self.flags.section_inference && !monotonic {
             return true;
