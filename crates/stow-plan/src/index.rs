@@ -76,7 +76,10 @@ struct Entry {
     to: u32,
     id: u32,
     unused: u32,
-    /// Byte range; `end == 0` while unplaced (every filed buffer has bytes).
+    /// Byte range; `end == 0` while unplaced (every filed buffer has
+    /// bytes), and then `start` holds the buffer's priority (its size
+    /// unless [`PlacedIndex::set_priorities`] says otherwise), which tells
+    /// [`CoverTree::split_overlapping`] whether it is placed first.
     start: u64,
     end: u64,
 }
@@ -143,7 +146,7 @@ impl CoverTree {
                     to: b,
                     id: i as u32,
                     unused: 0,
-                    start: 0,
+                    start: problem.buffers[i].size,
                     end: 0,
                 };
                 slots[slot] = at as u32;
@@ -241,6 +244,54 @@ impl CoverTree {
                             end: e.end,
                             id: e.id,
                         });
+                    }
+                }
+            }
+            lo /= 2;
+            hi /= 2;
+            level += 1;
+        }
+    }
+}
+
+impl CoverTree {
+    /// Like [`CoverTree::overlapping`], and also pushes to `pending` every
+    /// unplaced buffer overlapping `id` that comes before it: a higher
+    /// priority than `priority` (`id`'s), or an equal one and an earlier
+    /// first segment, or the same one and a lower id.
+    fn split_overlapping(
+        &self,
+        id: usize,
+        priority: u64,
+        out: &mut Vec<Taken>,
+        pending: &mut Vec<u32>,
+    ) {
+        let (a, b) = (self.of[id].from, self.of[id].to);
+        if a >= b {
+            return;
+        }
+        let (la, lb) = buckets(a, b);
+        let (mut lo, mut hi) = (la as usize + self.width, lb as usize - 1 + self.width);
+        let mut level = 0u32;
+        while lo >= 1 {
+            for v in lo..=hi {
+                let node_from = ((v << level) - self.width) as u32;
+                for e in &self.entries[self.first[v] as usize..self.first[v + 1] as usize] {
+                    if e.from >= b {
+                        break;
+                    }
+                    if a < e.to && node_from <= (e.from / BUCKET).max(la) && e.id as usize != id {
+                        if e.end != 0 {
+                            out.push(Taken {
+                                start: e.start,
+                                end: e.end,
+                                id: e.id,
+                            });
+                        } else if e.start > priority
+                            || (e.start == priority && (e.from, e.id) < (a, id as u32))
+                        {
+                            pending.push(e.id);
+                        }
                     }
                 }
             }
@@ -351,8 +402,59 @@ impl<'p> PlacedIndex<'p> {
         }
         self.offsets[id] = None;
         if let Kind::Lifetimes(tree) = &mut self.kind {
-            tree.set(id, 0, 0);
+            tree.set(id, self.problem.buffers[id].size, 0);
         }
+    }
+
+    /// Under lifetimes, the filed buffers by first time segment (ties by
+    /// id); `None` for explicit conflict graphs.
+    pub fn by_start(&self) -> Option<Vec<usize>> {
+        match &self.kind {
+            Kind::Lifetimes(tree) => {
+                let span: Vec<(u32, u32)> = tree.of.iter().map(|f| (f.from, f.to)).collect();
+                let segments = span.iter().map(|s| s.1 as usize).max().unwrap_or(0);
+                Some(by_first_segment(&span, segments))
+            }
+            Kind::Explicit(_) => None,
+        }
+    }
+
+    /// Gives every unplaced buffer `i` the priority `priority(i)` (see
+    /// [`PlacedIndex::taken_if_ready`]); until then a buffer's priority is
+    /// its size.
+    pub fn set_priorities(&mut self, priority: impl Fn(usize) -> u64) {
+        if let Kind::Lifetimes(tree) = &mut self.kind {
+            for e in tree.entries.iter_mut() {
+                if e.end == 0 {
+                    e.start = priority(e.id as usize);
+                }
+            }
+        }
+    }
+
+    /// Under lifetimes, for an unplaced buffer `id` of priority `priority`:
+    /// when every buffer that overlaps it and comes before it (a higher
+    /// priority, or an equal one and an earlier start, or the same start
+    /// and a lower id) is placed, fills `out` as [`PlacedIndex::taken`]
+    /// does and returns true; otherwise lists the unplaced ones in
+    /// `pending` and returns false.
+    pub fn taken_if_ready(
+        &mut self,
+        id: usize,
+        priority: u64,
+        out: &mut Vec<Taken>,
+        pending: &mut Vec<u32>,
+    ) -> bool {
+        out.clear();
+        pending.clear();
+        if let Kind::Lifetimes(tree) = &self.kind {
+            tree.split_overlapping(id, priority, out, pending);
+        }
+        if !pending.is_empty() {
+            return false;
+        }
+        sort_by_start(out, &mut self.keys, &mut self.sorted);
+        true
     }
 
     /// Starts loading what the next queries will read, so that the loads

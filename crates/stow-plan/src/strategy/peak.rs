@@ -16,7 +16,7 @@
 //! stop at the threshold, when an order repeats, after the round limit, or
 //! when the time budget runs out. The best layout seen is returned.
 
-use super::greedy_size::CLOCK_EVERY;
+use super::greedy_size::{sweep, sweeps_well, CLOCK_EVERY};
 use super::Budget;
 use crate::index::{lowest_gap, PlacedIndex, Taken, Timeline};
 use crate::problem::{ConflictModel, Problem};
@@ -152,9 +152,27 @@ fn layout(
     order: &[usize],
     taken: &mut Vec<Taken>,
     budget: Budget,
+    sweeping: bool,
 ) -> Option<(Vec<u64>, u64)> {
     let mut index = fresh(problem);
-    drop_in(problem, &mut index, order, taken, budget)?;
+    if sweeping {
+        // The same layout as dropping in `order`, with neighbouring
+        // queries one after the other (see `greedy_size::sweep`).
+        let n = order.len() as u64;
+        let mut priority = vec![0u64; problem.buffers.len()];
+        for (k, &i) in order.iter().enumerate() {
+            priority[i] = n - k as u64;
+        }
+        sweep(
+            problem,
+            &mut index,
+            |i| priority[i],
+            budget,
+            |taken, b| lowest_gap(taken, b.size, b.align),
+        )?;
+    } else {
+        drop_in(problem, &mut index, order, taken, budget)?;
+    }
     let offsets = index.into_offsets();
     let h = super::height(problem, &offsets);
     Some((offsets, h))
@@ -177,11 +195,12 @@ pub(super) fn place(
     let all: Vec<usize> = (0..n).collect();
     let mut taken = Vec::new();
     let mut best: Option<(u64, Vec<u64>, Vec<usize>)> = None;
+    let sweeping = sweeps_well(problem);
     for key in KEYS {
         let mut order = all.clone();
         keys.sort(&mut order, key);
         let limit = if best.is_none() { first } else { budget };
-        let Some((offsets, h)) = layout(problem, &order, &mut taken, limit) else {
+        let Some((offsets, h)) = layout(problem, &order, &mut taken, limit, sweeping) else {
             return (best.map(|(_, offsets, _)| offsets), 0, true);
         };
         if best.as_ref().is_none_or(|b| h < b.0) {

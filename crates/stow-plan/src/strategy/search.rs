@@ -532,11 +532,37 @@ fn height_of(layout: &[u64], size: &[u64]) -> u64 {
         .unwrap_or(0)
 }
 
-/// The probe lane's pace against a static preorder's. Faster (3) helped
-/// where the bound is out of reach (perturb-D-1: 1.062 instead of 1.095 of
-/// the bound, in one run of two) but cost A its optimum within 1 s (the
-/// winning run's 18,800 nodes are paid by every run in the lockstep).
-const PROBE_PACE: u64 = 1;
+/// The probe lane's pace against a static preorder's. At 3 it once cost
+/// A its optimum within 1 s (the winning run's 18,800 nodes were paid by
+/// every run in the lockstep); since the unallocated floor is checked
+/// lazily A settles in about 40,000 nodes of all runs together at four
+/// times the speed, and 2 keeps A–E, K and the perturbed A, B and E at
+/// their bounds in 0.4 s or less at load 6 while the lane reaches
+/// MiniMalloc's D below 1,048,576 B within 0.4 s.
+const PROBE_PACE: u64 = 2;
+
+/// The probe lane's tries, in turn: seven against three caps per cycle,
+/// so each cap meets every kind. A lane of static preorders alone left
+/// MiniMalloc's D at 1,053,696 B even with eighteen times the nodes: its
+/// four preorders all ran out of nodes at caps where a bottom-left fill
+/// (time ties, left first) or a randomised preorder of the portfolio
+/// finds a layout in a few hundred to 3,000 nodes (1,026,048 B,
+/// 1,045,248 B, 1,048,576 B); the search's cost is heavy-tailed in the
+/// order, so the lane varies it as the portfolio does. An order that has
+/// just found a layout keeps the next cap (see [`probe_lane`]).
+const PROBE_TRIES: [(&str, Ties, bool); 7] = [
+    ("TWA", Ties::Preorder, false),
+    ("TAW", Ties::TimeLeftFirst, false),
+    ("WAT", Ties::Preorder, true),
+    ("TAW", Ties::Preorder, false),
+    ("TWA", Ties::Preorder, true),
+    ("TAW", Ties::Time, false),
+    ("WAT", Ties::Preorder, false),
+];
+
+/// The probe lane's restart seeds come from this lane seed (any value
+/// other than the portfolio's lanes').
+const PROBE_SEED: u64 = 0x05EE_D0F9_B0BE;
 
 /// What the probe lane leaves: its best layout and the least height it
 /// proved (a cap it exhausted, plus one).
@@ -570,12 +596,15 @@ fn probe_lane(
         let limit = grow.min(budget - (dfs.nodes - start));
         let gap = hi - bottom;
         let cap = hi - (gap >> depth).max(1);
+        let (keys, ties, random) = PROBE_TRIES[k % PROBE_TRIES.len()];
         let h = Heuristic {
-            // Four preorders against three caps per cycle: each cap
-            // meets every preorder in turn.
-            keys: ["TWA", "TAW", "WAT", "TCA"][k % 4],
-            ties: Ties::Preorder,
-            seed: 0,
+            keys,
+            ties,
+            seed: if random {
+                restart_seed(PROBE_SEED, k as u64)
+            } else {
+                0
+            },
             nodes: limit,
         };
         k += 1;
@@ -593,6 +622,8 @@ fn probe_lane(
                     return Outcome::Found(layout);
                 }
                 depth = 1;
+                // The order that found this layout tries the next cap too.
+                k -= 1;
             }
             Outcome::Infeasible(next) => {
                 bottom = bottom.max(next.max(cap + 1));
