@@ -555,6 +555,15 @@ def check_model(model, args, cache):
     row["seconds"]["onnxruntime"] = round(time.time() - started, 3)
 
     bundle = os.path.join(work, "model.stow")
+    if args.capacity_fraction:
+        # The whole model's bound first; the capacity is a fraction of it,
+        # and stages run in bands of rows where the model does not fit.
+        code, out, _ = run_stow([args.stow, "compile", onnx_path, "-o", bundle] + row["compile_args"],
+                                args.timeout)
+        bound = re.search(r"lower bound +([0-9,]+) B", out) if code == 0 else None
+        if bound:
+            capacity = int(int(bound.group(1).replace(",", "")) * args.capacity_fraction)
+            row["compile_args"] = row["compile_args"] + ["--capacity", str(capacity)]
     started = time.time()
     stripped, code, err = compile_model(args, onnx_path, bundle, row["compile_args"], work)
     row["seconds"]["compile"] = round(time.time() - started, 3)
@@ -599,6 +608,9 @@ def check_model(model, args, cache):
             problems.append(f"`{name}`: {problem}")
     row["max_rel_error"] = worst
     row.update(status="wrong" if problems else "ok", note="; ".join(problems))
+    if args.capacity_fraction and not problems:
+        stages = len(re.findall(r"patched stage", run_stow([args.stow, "inspect", bundle], args.timeout)[1]))
+        row["note"] = f"{stages} stage(s) in bands of rows" if stages else "fits without stages"
     return row
 
 
@@ -767,6 +779,9 @@ def main():
     parser.add_argument("--no-diagnose", action="store_true",
                         help="skip the search for the first diverging node of `wrong` models")
     parser.add_argument("--list", action="store_true", help="print the model table and stop")
+    parser.add_argument("--capacity-fraction", type=float, metavar="F",
+                        help="compile each model with --capacity F × its whole bound (patch-based "
+                             "execution where it does not fit), and judge those bundles")
     args = parser.parse_args()
 
     models = MODELS

@@ -56,7 +56,10 @@ pub enum CompileError {
         bound - capacity,
         match stage {
             Some(stages) => format!(", even with {stages} run in bands of rows"),
-            None => " (no stage of the model can run in bands of rows there)".to_string(),
+            None => format!(
+                " (no stage of the model can run in bands of rows there{})",
+                why_no_stage.as_ref().map_or(String::new(), |w| format!(": {w}"))
+            ),
         }
     )]
     OverCapacity {
@@ -73,6 +76,8 @@ pub enum CompileError {
         /// The stages run in bands, if any (`FROM:TO:ROWS`, comma
         /// separated).
         stage: Option<String>,
+        /// Without stages, why none reaches the peak from the graph input.
+        why_no_stage: Option<String>,
     },
     /// One arena tensor alone is larger than
     /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).

@@ -143,6 +143,12 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
     if candidates.is_empty() {
         candidates.push((None, graph));
     }
+    let why_no_stage = match (&candidates[..], options.plan.capacity) {
+        ([(None, g)], Some(capacity)) if crate::stages::bound(g) > capacity => {
+            crate::stages::why_none(&decluttered, g)
+        }
+        _ => None,
+    };
     drop(decluttered);
     // With `compare`, the planner's own failure carries every strategy's.
     if let (Some(capacity), true) = (
@@ -169,6 +175,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
                     .iter()
                     .map(|s| s.to_string())
                     .reduce(|a, b| format!("{a}, {b}")),
+                why_no_stage,
             });
         }
     }

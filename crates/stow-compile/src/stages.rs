@@ -201,7 +201,7 @@ pub(crate) fn in_step_order(
         graph.ops.iter().position(|op| {
             op.attributes.iter().any(|(k, v)| {
                 k == stow_bundle::format::PATCH_ATTR
-                    && matches!(v, stow_onnx::Attr::Text(t) if *t == stage.to_string())
+                    && matches!(v, stow_onnx::Attr::Text(t) if *t == stage.to_record())
             })
         })
     };
@@ -212,4 +212,16 @@ pub(crate) fn in_step_order(
     }
     let graph = decluttered.graph(reuse, &sorted)?;
     Ok((sorted, graph))
+}
+
+/// Why no stage from the first graph input lowers the peak of `graph`:
+/// the first operator, at the peak or after it, that cannot run in bands
+/// of rows.
+pub(crate) fn why_none(decluttered: &Decluttered, graph: &ModelGraph) -> Option<String> {
+    let from = decluttered.input_names().into_iter().next()?;
+    graph.ops[graph.peak_step()..]
+        .iter()
+        .take(64)
+        .filter_map(|op| op.outputs.first())
+        .find_map(|&t| decluttered.stage_refusal(&from, &graph.tensors[t].name))
 }

@@ -112,6 +112,12 @@ impl Decluttered {
             .unwrap_or_default()
     }
 
+    /// Why the operators from tensor `from` to tensor `to` cannot run in
+    /// bands of rows, or `None` when they can.
+    pub fn stage_refusal(&self, from: &str, to: &str) -> Option<String> {
+        crate::stage::refusal(&self.model, from, to)
+    }
+
     /// Tensors that can end a stage run in bands of rows from tensor
     /// `from` through the operator named `covering`, in evaluation order.
     pub fn stage_ends(&self, from: &str, covering: &str) -> Vec<String> {

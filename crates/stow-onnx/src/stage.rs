@@ -55,16 +55,10 @@ impl PatchedStage {
         };
         let (rest, rows) = text.rsplit_once(':').ok_or_else(bad)?;
         let rows: usize = rows.trim().parse().map_err(|_| bad())?;
-        // Tensor names may hold ':' themselves (`node:1`); split on the
-        // ':' that leaves two names the model knows is for the caller to
-        // check, so take the last one not followed by a digit-only part.
-        let split = rest
-            .char_indices()
-            .filter(|&(_, c)| c == ':')
-            .map(|(i, _)| i)
-            .rfind(|&i| !rest[i + 1..].chars().all(|c| c.is_ascii_digit()))
-            .ok_or_else(bad)?;
-        let (from, to) = (&rest[..split], &rest[split + 1..]);
+        // Tensor names may hold ':' themselves: the last one separates the
+        // two names (ONNX value names are often numbers, `798`; a name
+        // with a ':' of its own goes first, or in the recorded form).
+        let (from, to) = rest.rsplit_once(':').ok_or_else(bad)?;
         if from.is_empty() || to.is_empty() || rows == 0 {
             return Err(bad());
         }
@@ -73,6 +67,32 @@ impl PatchedStage {
             to: to.to_string(),
             rows,
         })
+    }
+}
+
+impl PatchedStage {
+    /// The form a bundle records ([`PATCH_ATTR`]): the two names and the
+    /// rows on lines of their own, which no name can make ambiguous.
+    pub fn to_record(&self) -> String {
+        format!("{}\n{}\n{}", self.from, self.to, self.rows)
+    }
+
+    /// Reads [`PatchedStage::to_record`]'s form (or `FROM:TO:ROWS`).
+    pub fn from_record(text: &str) -> Result<PatchedStage, OnnxError> {
+        let parts: Vec<&str> = text.split('\n').collect();
+        match parts[..] {
+            [from, to, rows] if !from.is_empty() && !to.is_empty() => Ok(PatchedStage {
+                from: from.to_string(),
+                to: to.to_string(),
+                rows: rows.parse().ok().filter(|&r| r > 0).ok_or_else(|| {
+                    OnnxError::BadArgument(format!("recorded stage `{text}`: bad row count"))
+                })?,
+            }),
+            [_] => PatchedStage::parse(text),
+            _ => Err(OnnxError::BadArgument(format!(
+                "recorded stage `{text}`: expected three lines"
+            ))),
+        }
     }
 }
 
@@ -276,6 +296,21 @@ fn row_map(model: &TypedModel, node: &TypedNode, from: usize) -> Result<RowMap, 
     if any.downcast_ref::<crate::qops::QLinearBinary>().is_some() {
         return Ok(RowMap::Same);
     }
+    // Joining or cutting along another axis than the rows.
+    if let Some(concat) = any.downcast_ref::<ops::array::TypedConcat>() {
+        return if concat.axis + 2 == input.len() {
+            Err("a concatenation along the rows".into())
+        } else {
+            Ok(RowMap::Same)
+        };
+    }
+    if let Some(slice) = any.downcast_ref::<ops::array::Slice>() {
+        return if slice.axis + 2 == input.len() {
+            Err("a slice of the rows".into())
+        } else {
+            Ok(RowMap::Same)
+        };
+    }
     if let Some(axis_op) = any.downcast_ref::<ops::change_axes::AxisOp>() {
         let leading = input.len() - 2;
         let ok = match *axis_op {
@@ -396,7 +431,8 @@ fn stage_nodes(model: &TypedModel, from: OutletId, to: OutletId) -> Result<Vec<S
                 if from_slot.replace(slot).is_some() {
                     // Two stage inputs: row for row (a residual addition).
                     if !(node.op_is::<ops::binary::TypedBinOp>()
-                        || node.op_is::<crate::qops::QLinearBinary>())
+                        || node.op_is::<crate::qops::QLinearBinary>()
+                        || node.op_is::<ops::array::TypedConcat>())
                     {
                         return Err(why("an operator joining two stage tensors".into()));
                     }
@@ -677,7 +713,7 @@ pub(crate) fn record(graph: &mut crate::ModelGraph, stage: &PatchedStage) {
     if let Some(step) = written {
         let attrs = &mut graph.ops[step].attributes;
         attrs.retain(|(k, _)| k != PATCH_ATTR);
-        attrs.push((PATCH_ATTR.into(), crate::Attr::Text(stage.to_string())));
+        attrs.push((PATCH_ATTR.into(), crate::Attr::Text(stage.to_record())));
         attrs.sort_by(|a, b| a.0.cmp(&b.0));
     }
 }
@@ -687,7 +723,10 @@ pub(crate) fn record(graph: &mut crate::ModelGraph, stage: &PatchedStage) {
 pub fn recorded_stages<'a>(
     attributes: impl IntoIterator<Item = &'a str>,
 ) -> Result<Vec<PatchedStage>, OnnxError> {
-    attributes.into_iter().map(PatchedStage::parse).collect()
+    attributes
+        .into_iter()
+        .map(PatchedStage::from_record)
+        .collect()
 }
 
 /// The name the graph gives an outlet: its label, or its node's name.
@@ -697,6 +736,14 @@ fn outlet_name(model: &TypedModel, outlet: OutletId) -> String {
         None if outlet.slot == 0 => model.node(outlet.node).name.clone(),
         None => format!("{}:{}", model.node(outlet.node).name, outlet.slot),
     }
+}
+
+/// See [`crate::Decluttered::stage_refusal`].
+pub(crate) fn refusal(model: &TypedModel, from: &str, to: &str) -> Option<String> {
+    let (Some(f), Some(t)) = (outlet_named(model, from), outlet_named(model, to)) else {
+        return Some(format!("no tensor `{from}` or `{to}`"));
+    };
+    stage_nodes(model, f, t).err()
 }
 
 /// See [`crate::Decluttered::stage_ends`].
@@ -871,9 +918,24 @@ mod tests {
 
     #[test]
     fn stage_text_round_trips() {
-        for text in ["a:b:3", "x:1:y:2:7", "/f/x:/g/y:1"] {
-            assert_eq!(PatchedStage::parse(text).unwrap().to_string(), text);
+        for text in ["a:b:3", "x:1:y:7", "/f/x:/g/y:1", "s.silu:798:2"] {
+            let stage = PatchedStage::parse(text).unwrap();
+            assert_eq!(stage.to_string(), text);
+            assert_eq!(
+                PatchedStage::from_record(&stage.to_record()).unwrap(),
+                stage
+            );
         }
+        // Names with ':' of their own survive the recorded form.
+        let stage = PatchedStage {
+            from: "n:1".into(),
+            to: "m:2".into(),
+            rows: 4,
+        };
+        assert_eq!(
+            PatchedStage::from_record(&stage.to_record()).unwrap(),
+            stage
+        );
         for bad in ["a:b", "a:b:0", ":b:1", "a::1", "a:b:x"] {
             assert!(PatchedStage::parse(bad).is_err(), "{bad}");
         }

@@ -205,6 +205,8 @@ pub fn run(args: Args) -> Result<()> {
             if let (stow_bundle::format::PATCH_ATTR, stow_bundle::AttrValue::Text(stage)) =
                 (k.as_str(), v)
             {
+                let stage = stow_onnx::PatchedStage::from_record(stage)
+                    .map_or_else(|_| stage.replace('\n', ":"), |s| s.to_string());
                 say!(
                     text,
                     "  patched stage {stage} (FROM:TO:ROWS), assembled at step {step}"
