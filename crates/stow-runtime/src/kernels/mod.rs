@@ -255,6 +255,19 @@ pub struct MatMul {
     pub finish: gemm::Finish,
 }
 
+impl MatMul {
+    /// True when no two batch positions write the same outputs: positions
+    /// that walk a depth axis (output stride 0) add into one C, whose sums
+    /// only the last of them completes.
+    pub fn writes_apart(&self) -> bool {
+        let walk = &self.batch;
+        walk.dims
+            .iter()
+            .zip(&walk.strides)
+            .all(|(&d, s)| d <= 1 || s[0] != 0)
+    }
+}
+
 /// A prepared operator.
 #[derive(Clone, Debug)]
 pub enum Kernel {

@@ -582,9 +582,19 @@ fn matmul(
     let [m, n, k] = mm.mnk;
     let cols = gemm::share(n, part, parts);
     let (len, [sc, sa, sb]) = mm.batch.inner();
-    // Zero this share's columns everywhere first: batch positions that
-    // walk a k axis accumulate into the same C.
+    // The packed product stores its first depth block over C, so C needs
+    // no zeros first, unless batch positions that walk a k axis
+    // accumulate into the same C (or the one-row path, which adds).
+    let store = k > 0 && m > 1 && mm.writes_apart();
+    let start = if store {
+        gemm::Start::Store(None, 0)
+    } else {
+        gemm::Start::Add
+    };
     mm.batch.rows([0, 0, 0], |[oc, _, _]| {
+        if store {
+            return;
+        }
         for j in 0..len {
             let base = oc + j * sc;
             // One fill per contiguous row or column rather than a strided
@@ -618,6 +628,7 @@ fn matmul(
                 rs: mm.c[0],
                 cs: mm.c[1],
                 finish: mm.finish,
+                start,
             };
             if m == 1 {
                 crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
