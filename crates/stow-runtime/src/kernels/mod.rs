@@ -37,6 +37,8 @@ mod prepare;
 #[cfg(test)]
 mod product_tests;
 mod run;
+#[cfg(test)]
+mod split_tests;
 
 pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{

@@ -7,6 +7,7 @@ use super::float::Float;
 use super::layout::Walk;
 use alloc::vec::Vec;
 use core::cell::Cell;
+use core::ops::Range;
 use stow_bundle::DType;
 
 /// A tensor seen as `outer × n × inner` around one axis.
@@ -316,7 +317,7 @@ pub fn max_pools(dtype: DType) -> bool {
     !matches!(dtype, DType::F16 | DType::Bool)
 }
 
-/// Max-pools every plane of `x` into `out` and, when given, writes where
+/// Max-pools planes `planes` of `x` into `out` and, when given, writes where
 /// each maximum is in its input plane into `indices` (row-major over the
 /// plane's depth, height and width).
 ///
@@ -327,13 +328,14 @@ pub fn max_pools(dtype: DType) -> bool {
 /// window; −1 for a window with no tap in the input (all padding).
 pub fn max_pool<T: Ordered>(
     w: &Window,
+    planes: Range<usize>,
     x: impl Load<T>,
     out: &[Cell<T>],
     indices: Option<&[Cell<i64>]>,
 ) {
     let [_, ih, iw] = w.input;
     let [od, oh, ow] = w.output;
-    for plane in 0..w.planes {
+    for plane in planes.start..planes.end.min(w.planes) {
         let xb = plane * w.input_plane();
         let ob = plane * w.output_plane();
         for oz in 0..od {
@@ -409,11 +411,11 @@ pub fn max_pool_indices(
     Ok(())
 }
 
-/// Pools every plane of `x` into `out`.
-pub fn pool(kind: Pool, w: &Window, x: impl Load<f32>, out: &[Cell<f32>]) {
+/// Pools planes `planes` of `x` into `out`.
+pub fn pool(kind: Pool, w: &Window, planes: Range<usize>, x: impl Load<f32>, out: &[Cell<f32>]) {
     let [_, ih, iw] = w.input;
     let [od, oh, ow] = w.output;
-    for plane in 0..w.planes {
+    for plane in planes.start..planes.end.min(w.planes) {
         let xb = plane * w.input_plane();
         let ob = plane * w.output_plane();
         for oz in 0..od {
@@ -570,7 +572,7 @@ mod tests {
         let n = w.planes * w.output_plane();
         let out = vec![Cell::new(T::default()); n];
         let indices = vec![Cell::new(0i64); n];
-        max_pool(w, x, &out, Some(&indices));
+        max_pool(w, 0..w.planes, x, &out, Some(&indices));
         (
             out.iter().map(Cell::get).collect(),
             indices.iter().map(Cell::get).collect(),
