@@ -103,6 +103,7 @@ fn gemm_gflops(n: usize, repeat: usize) -> f64 {
         rs: n,
         cs: 1,
         finish: Default::default(),
+        start: gemm::Start::Add,
     };
     let secs = best(repeat, || gemm::gemm(n, n, n, &pa, &pb, &dst, &scratch));
     (2 * n * n * n) as f64 / secs / 1e9

@@ -419,7 +419,7 @@ impl<'b> Session<'b> {
                     failure.set(f);
                 }
             };
-            let finished = if parts > 1 && kernels::splits(&step.kernel) {
+            let finished = if parts > 1 && kernels::splits(step) {
                 self.pool.run(&share)
             } else {
                 // Setup's checks should make a panic impossible; if one

@@ -5,7 +5,7 @@
 
 use super::elementwise;
 use super::float::Float;
-use super::layout::Walk;
+use super::layout::Share;
 use super::run::{Failure, Views};
 use super::{BinOp, Operand};
 use half::f16;
@@ -88,7 +88,7 @@ int_ops!(i8, i16, i32, i64, u8, u16, u32, u64);
 fn int_binary<T: Int>(
     v: &Views<'_>,
     b: BinOp,
-    walk: &Walk<3>,
+    walk: Share<'_, 3>,
     x: &Operand<'_>,
     y: &Operand<'_>,
     o: &Operand<'_>,
@@ -123,7 +123,7 @@ fn int_binary<T: Int>(
 fn float_binary<F>(
     v: &Views<'_>,
     b: BinOp,
-    walk: &Walk<3>,
+    walk: Share<'_, 3>,
     x: &Operand<'_>,
     y: &Operand<'_>,
     o: &Operand<'_>,
@@ -169,7 +169,7 @@ where
 pub(super) fn binary_run(
     v: &Views<'_>,
     b: BinOp,
-    walk: &Walk<3>,
+    walk: Share<'_, 3>,
     x: &Operand<'_>,
     y: &Operand<'_>,
     o: &Operand<'_>,

@@ -58,6 +58,16 @@ impl<T: Copy> Src<'_, T> {
         self.len() == 0
     }
 
+    /// Elements `r` (clipped to the operand), as an operand of their own.
+    pub fn slice(&self, r: core::ops::Range<usize>) -> Self {
+        let end = r.end.min(self.len());
+        let r = r.start.min(end)..end;
+        match self {
+            Src::Weight(w) => Src::Weight(&w[r]),
+            Src::Arena(a) => Src::Arena(&a[r]),
+        }
+    }
+
     /// Element `i` (panics out of bounds: kernels check shapes at setup).
     #[inline(always)]
     pub fn at(&self, i: usize) -> T {

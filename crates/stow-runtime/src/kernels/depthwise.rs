@@ -56,30 +56,87 @@ pub(super) fn depthwise(
     let Some(band) = Band::of(&s.window) else {
         return plain(s, x, weight, out, planes, first, finish);
     };
-    #[cfg(target_arch = "x86_64")]
-    if super::gemm::fma_available() {
-        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
-        // which `fma_available` checked at run time.
-        #[allow(unsafe_code)]
-        return unsafe { banded_fma(s, &band, x, weight, out, planes, first, finish) };
-    }
-    banded::<false>(s, &band, x, weight, out, planes, first, finish)
+    let plane = s.window.output_plane();
+    let hooks = Hooks {
+        place: |p: usize| (p - first) * plane,
+        before: |_| {},
+        after: |_| {},
+    };
+    run_banded(s, &band, x, weight, out, planes, finish, hooks)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+/// [`depthwise`] of `planes` one at a time into `temp` (one output plane):
+/// `before(p)` readies `temp` (the bias), plane `p` is summed into it and
+/// finished, then `after(p)` moves it to its place. The band and its
+/// buffers are set up once for all the planes; calling [`depthwise`] per
+/// plane set them up (and zeroed 6 KiB) for each. False, having done
+/// nothing, where the band kernel does not apply.
 #[allow(clippy::too_many_arguments)]
-fn banded_fma(
+pub(super) fn depthwise_through(
+    s: &ConvShape,
+    x: impl Load<f32>,
+    weight: impl Load<f32>,
+    temp: &[Cell<f32>],
+    planes: core::ops::Range<usize>,
+    finish: Finish,
+    before: impl FnMut(usize),
+    after: impl FnMut(usize),
+) -> bool {
+    let Some(band) = Band::of(&s.window) else {
+        return false;
+    };
+    let hooks = Hooks {
+        place: |_| 0,
+        before,
+        after,
+    };
+    run_banded(s, &band, x, weight, temp, planes, finish, hooks);
+    true
+}
+
+/// Where each plane's output starts in `out`, and what to do before and
+/// after it.
+struct Hooks<P, B, A> {
+    place: P,
+    before: B,
+    after: A,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_banded<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
-    first: usize,
     finish: Finish,
+    hooks: Hooks<P, B, A>,
 ) {
-    banded::<true>(s, band, x, weight, out, planes, first, finish)
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::fma_available() {
+        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
+        // which `fma_available` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe { banded_fma(s, band, x, weight, out, planes, finish, hooks) };
+    }
+    banded::<false, P, B, A>(s, band, x, weight, out, planes, finish, hooks)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+fn banded_fma<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
+    s: &ConvShape,
+    band: &Band,
+    x: impl Load<f32>,
+    weight: impl Load<f32>,
+    out: &[Cell<f32>],
+    planes: core::ops::Range<usize>,
+    finish: Finish,
+    hooks: Hooks<P, B, A>,
+) {
+    banded::<true, P, B, A>(s, band, x, weight, out, planes, finish, hooks)
 }
 
 /// How a band of the padded input sits in the buffer: `sy × sx` phase
@@ -218,15 +275,15 @@ fn split_row(even: &mut [f32], odd: &mut [f32], row: impl Load<f32>, pad: usize)
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn banded<const FMA: bool>(
+fn banded<const FMA: bool, P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
     weight: impl Load<f32>,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
-    first: usize,
     finish: Finish,
+    mut hooks: Hooks<P, B, A>,
 ) {
     let w = &s.window;
     let [_, ih, iw] = w.input;
@@ -237,9 +294,10 @@ fn banded<const FMA: bool>(
     let mut buf = [0f32; BAND_IN];
     let mut flat = [0f32; BAND_OUT];
     for plane in planes {
+        (hooks.before)(plane);
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
-        let ob = (plane - first) * w.output_plane();
+        let ob = (hooks.place)(plane);
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for kz in kz0..kz1 {
@@ -279,6 +337,7 @@ fn banded<const FMA: bool>(
             }
         }
         finish.apply(&out[ob..ob + w.output_plane()]);
+        (hooks.after)(plane);
     }
 }
 
@@ -533,10 +592,20 @@ mod tests {
                 ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
                 ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
                 ("banded", Some(b)) => {
-                    banded::<false>(&s, b, &x[..], &weight[..], &out, 0..3, 0, finish)
+                    let hooks = Hooks {
+                        place: |p: usize| p * plane,
+                        before: |_| {},
+                        after: |_| {},
+                    };
+                    banded::<false, _, _, _>(&s, b, &x[..], &weight[..], &out, 0..3, finish, hooks)
                 }
                 ("banded fma", Some(b)) => {
-                    banded::<true>(&s, b, &x[..], &weight[..], &out, 0..3, 0, finish)
+                    let hooks = Hooks {
+                        place: |p: usize| p * plane,
+                        before: |_| {},
+                        after: |_| {},
+                    };
+                    banded::<true, _, _, _>(&s, b, &x[..], &weight[..], &out, 0..3, finish, hooks)
                 }
                 _ => continue,
             }

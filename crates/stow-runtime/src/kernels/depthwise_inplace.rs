@@ -58,6 +58,23 @@ pub fn run(
     let Some(temp) = temp.get(..plane) else {
         return;
     };
+    let fill = |p: usize| {
+        let b = bias_at(bias, p % s.groups);
+        temp.iter().for_each(|c| c.set(b));
+    };
+    let place = |p: usize| {
+        for (o, t) in out[p * plane..(p + 1) * plane].iter().zip(temp) {
+            o.set(t.get());
+        }
+    };
+    // The same steps per plane as the loop below, with the band set up
+    // once.
+    let through = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+        super::depthwise::depthwise_through(s, x, w, temp, p0..p1, finish, fill, place)
+    }));
+    if through {
+        return;
+    }
     for p in p0..p1 {
         let b = bias_at(bias, p % s.groups);
         temp.iter().for_each(|c| c.set(b));

@@ -5,7 +5,7 @@
 
 use super::cells::{map_row, zip_row, Load, Src};
 use super::float::Float;
-use super::layout::Walk;
+use super::layout::{Share, Walk};
 use core::cell::Cell;
 
 /// A unary function of floats (f32, f64; f16 through f32).
@@ -265,9 +265,9 @@ pub fn unary<F: Float>(f: Unary, src: Src<'_, F>, out: &[Cell<F>]) {
 }
 
 /// `out = f(a, b)` with the operands read through `walk` (operand order:
-/// output, a, b).
+/// output, a, b), over the elements of the walk's share.
 pub fn binary<T: Copy, U: Copy>(
-    walk: &Walk<3>,
+    walk: Share<'_, 3>,
     a: Src<'_, T>,
     b: Src<'_, T>,
     out: &[Cell<U>],
@@ -275,14 +275,20 @@ pub fn binary<T: Copy, U: Copy>(
 ) {
     #[inline(always)]
     fn go<T: Copy, U: Copy>(
-        walk: &Walk<3>,
+        walk: Share<'_, 3>,
         a: impl Load<T>,
         b: impl Load<T>,
         out: &[Cell<U>],
         f: impl Fn(T, T) -> U,
     ) {
-        let (len, [so, sa, sb]) = walk.inner();
-        walk.rows([0, 0, 0], |[o, ia, ib]| {
+        let (_, [so, sa, sb]) = walk.walk.inner();
+        walk.rows([0, 0, 0], |[o, ia, ib], cols| {
+            let (o, ia, ib) = (
+                o + cols.start * so,
+                ia + cols.start * sa,
+                ib + cols.start * sb,
+            );
+            let len = cols.len();
             if so == 1 && sa == 1 && sb == 1 {
                 zip_row(&out[o..o + len], a.sub(ia, len), b.sub(ib, len), &f);
             } else if so == 1 && sa == 1 && sb == 0 {
@@ -449,7 +455,7 @@ mod tests {
         let walk = Walk::new(&[4], [&[1], &[1], &[1]]).unwrap();
         // x = x * x, output over both inputs.
         binary(
-            &walk,
+            Share::whole(&walk),
             Src::Arena(cells),
             Src::Arena(cells),
             cells,

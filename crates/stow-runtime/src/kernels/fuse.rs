@@ -177,15 +177,7 @@ fn finish_of<'s>(step: &'s mut Step<'_>, stays: bool) -> Option<&'s mut Finish> 
     match &mut step.kernel {
         Kernel::Conv(_, _, finish) => Some(finish),
         Kernel::DepthwiseInPlace(_, finish) if stays => Some(finish),
-        Kernel::MatMul(mm) => {
-            let apart = mm
-                .batch
-                .dims
-                .iter()
-                .zip(&mm.batch.strides)
-                .all(|(&d, s)| d <= 1 || s[0] != 0);
-            apart.then_some(&mut mm.finish)
-        }
+        Kernel::MatMul(mm) => mm.writes_apart().then_some(&mut mm.finish),
         _ => None,
     }
 }

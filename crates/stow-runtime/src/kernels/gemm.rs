@@ -12,7 +12,7 @@
 //! image (no im2col buffer) and the packing buffers are tensors the
 //! compiler planned into the arena (`scratch_elems` is their size).
 
-use super::cells::Load;
+use super::cells::{Load, Src};
 use super::float::Float;
 use core::cell::Cell;
 
@@ -306,6 +306,50 @@ impl Finish {
     }
 }
 
+/// How the first depth block meets C.
+#[derive(Clone, Copy)]
+pub enum Start<'a> {
+    /// C already holds the values the sums start from (zeros, a bias,
+    /// an earlier batch position's sums): every block adds into it.
+    Add,
+    /// C's contents are ignored: the first block stores `b + tile`, `b`
+    /// being row `i`'s bias (element `at + i` of the tensor, or its one
+    /// element) or `0.0` without one. That is the sum the caller's fill
+    /// followed by an addition gave, to the bit: the same one addition
+    /// (`0.0 + -0.0` is `+0.0` both ways), minus a pass over C.
+    Store(Option<Src<'a, f32>>, usize),
+}
+
+impl Start<'_> {
+    /// What the tile of rows `i..i + rows` starts from in the first depth
+    /// block: `None` to add into C.
+    #[inline(always)]
+    fn rows(self, i: usize, rows: usize) -> Option<[f32; MR]> {
+        match self {
+            Start::Add => None,
+            Start::Store(None, _) => Some([0.0; MR]),
+            Start::Store(Some(b), _) if b.len() == 1 => Some([b.at(0); MR]),
+            Start::Store(Some(b), at) => Some(core::array::from_fn(|r| {
+                if r < rows {
+                    b.at(at + i + r)
+                } else {
+                    0.0
+                }
+            })),
+        }
+    }
+
+    /// [`Start::rows`] for the depth block starting at `p0`.
+    #[inline(always)]
+    pub(crate) fn at(self, p0: usize, i: usize, rows: usize) -> Option<[f32; MR]> {
+        if p0 == 0 {
+            self.rows(i, rows)
+        } else {
+            None
+        }
+    }
+}
+
 /// The destination: element `(i, j)` of C is `data[offset + i * rs + j * cs]`.
 pub struct Dst<'a> {
     /// The storage.
@@ -318,10 +362,14 @@ pub struct Dst<'a> {
     pub cs: usize,
     /// Applied to each element with the last depth block's sum.
     pub finish: Finish,
+    /// Whether the first depth block adds into C or stores over it.
+    pub start: Start<'a>,
 }
 
-/// `C[m × n] += A[m × k] · B[k × n]`, packing through `scratch` (at least
-/// [`scratch_elems`] floats).
+/// `C[m × n] += A[m × k] · B[k × n]` (or `=`, plus a bias, with
+/// [`Start::Store`]), packing through `scratch` (at least
+/// [`scratch_elems`] floats). With `k == 0` C is left as it is, whatever
+/// `c.start` says.
 pub fn gemm(
     m: usize,
     n: usize,
@@ -384,7 +432,8 @@ pub fn gemm_cols(
                         let apanel = &apack[ap * kc * MR..(ap + 1) * kc * MR];
                         let size = (MR.min(mc - r0), NR.min(nc - c0));
                         let at = (i0 + r0, j0 + c0);
-                        micro_kernel(fma, kc, apanel, bpanel, c, at, size, finish);
+                        let start = c.start.at(p0, at.0, size.0);
+                        micro_kernel(fma, kc, apanel, bpanel, c, at, size, (start, finish));
                     }
                 }
             }
@@ -392,9 +441,11 @@ pub fn gemm_cols(
     }
 }
 
-/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`,
-/// each sum then going through `finish`.
+/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`
+/// (or, given `start`, stores each row's `start[r] + tile`), each sum then
+/// going through `finish`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn add_tile(
     c: &Dst<'_>,
     tile: &[[f32; NR]; MR],
@@ -402,19 +453,42 @@ pub(crate) fn add_tile(
     j: usize,
     rows: usize,
     cols: usize,
-    finish: Finish,
+    (start, finish): (Option<[f32; MR]>, Finish),
 ) {
-    with_finish!(finish, |f| add_tile_then(c, tile, (i, j), (rows, cols), f))
+    // Two copies of the loops, so that neither tests per element whether
+    // it reads C.
+    match start {
+        None => with_finish!(finish, |f| add_tile_then::<false>(
+            c,
+            tile,
+            (i, j),
+            (rows, cols),
+            &[0.0; MR],
+            f
+        )),
+        Some(s) => with_finish!(finish, |f| add_tile_then::<true>(
+            c,
+            tile,
+            (i, j),
+            (rows, cols),
+            &s,
+            f
+        )),
+    }
 }
 
 #[inline(always)]
-fn add_tile_then(
+fn add_tile_then<const STORE: bool>(
     c: &Dst<'_>,
     tile: &[[f32; NR]; MR],
     (i, j): (usize, usize),
     (rows, cols): (usize, usize),
+    start: &[f32; MR],
     f: impl Fn(f32) -> f32,
 ) {
+    // The left operand of the addition is what C held (or would hold,
+    // filled) before this block, as it always was.
+    let from = |cell: &Cell<f32>, r: usize| if STORE { start[r] } else { cell.get() };
     if c.rs == 1 && rows == MR {
         // C stored by columns (a product written transposed): each tile
         // column is one run.
@@ -422,7 +496,7 @@ fn add_tile_then(
         for jj in 0..cols {
             let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
             for (r, cell) in dst.iter().enumerate() {
-                cell.set(f(cell.get() + tile[r][jj]));
+                cell.set(f(from(cell, r) + tile[r][jj]));
             }
         }
         return;
@@ -435,7 +509,7 @@ fn add_tile_then(
             let dst = &c.data[base..base + NR];
             let mut sums = [0f32; NR];
             for l in 0..NR {
-                sums[l] = f(dst[l].get() + row[l]);
+                sums[l] = f(from(&dst[l], r) + row[l]);
             }
             for (cell, v) in dst.iter().zip(sums) {
                 cell.set(v);
@@ -444,7 +518,7 @@ fn add_tile_then(
         }
         for (jj, v) in row.iter().enumerate().take(cols) {
             let cell = &c.data[base + jj * c.cs];
-            cell.set(f(cell.get() + v));
+            cell.set(f(from(cell, r) + v));
         }
     }
 }
@@ -499,17 +573,19 @@ fn micro_kernel_avx2<A: Load<f32>, B: Load<f32>>(
     c: &Dst<'_>,
     (i, j): (usize, usize),
     (rows, cols): (usize, usize),
-    finish: Finish,
+    end: (Option<[f32; MR]>, Finish),
 ) {
     let tile = tile_product::<true, A, B>(kc, a, b);
-    add_tile(c, &tile, i, j, rows, cols, finish);
+    add_tile(c, &tile, i, j, rows, cols, end);
 }
 
 /// Adds the `MR × NR` tile of one A panel (`kc × MR`, depth-major) times
 /// one B panel (`kc × NR`), each a packed scratch block or a weight packed
 /// at compile time, to C at row `i`, column `j` (its top-left `rows ×
-/// cols`), each sum then through `finish`. With FMA the addition into C
-/// is compiled for AVX2 too, and the tile never leaves the registers.
+/// cols`; stored over C from the rows' starting values instead, when
+/// `end.0` holds them), each sum then through `end.1`. With FMA the
+/// addition into C is compiled for AVX2 too, and the tile never leaves
+/// the registers.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
@@ -520,18 +596,18 @@ pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
     c: &Dst<'_>,
     at: (usize, usize),
     size: (usize, usize),
-    finish: Finish,
+    end: (Option<[f32; MR]>, Finish),
 ) {
     #[cfg(target_arch = "x86_64")]
     if fma {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
         // which `fma_available` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, finish) };
+        return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, end) };
     }
     let _ = fma;
     let tile = tile_product::<false, A, B>(kc, a, b);
-    add_tile(c, &tile, at.0, at.1, size.0, size.1, finish);
+    add_tile(c, &tile, at.0, at.1, size.0, size.1, end);
 }
 
 #[cfg(test)]
@@ -612,6 +688,7 @@ mod tests {
                 rs: n,
                 cs: 1,
                 finish: Default::default(),
+                start: Start::Add,
             };
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
             gemm(m, n, k, &sa, &sb, &dst, s);
@@ -627,6 +704,7 @@ mod tests {
                 rs: 1,
                 cs: m,
                 finish: Default::default(),
+                start: Start::Add,
             };
             gemm(m, n, k, &sa, &sb, &dst, s);
             let back: Vec<f32> = (0..m * n).map(|i| ct[(i % n) * m + i / n]).collect();

@@ -91,15 +91,49 @@ impl<const K: usize> Walk<K> {
     /// Calls `f` with each operand's offset of the first element of every
     /// innermost row (offsets are added to `base`).
     #[inline]
-    pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K])) {
+    pub fn rows(&self, base: [usize; K], f: impl FnMut([usize; K])) {
+        self.rows_from(base, 0, usize::MAX, f)
+    }
+
+    /// Innermost rows: the product of every dimension but the last.
+    pub fn row_count(&self) -> usize {
+        self.dims[..self.dims.len() - 1].iter().product()
+    }
+
+    /// [`Walk::rows`] from row `first` (in the order `rows` visits them),
+    /// at most `count` rows.
+    #[inline]
+    fn rows_from(
+        &self,
+        base: [usize; K],
+        first: usize,
+        mut count: usize,
+        mut f: impl FnMut([usize; K]),
+    ) {
         let outer = self.dims.len() - 1;
-        if self.dims.contains(&0) {
+        if self.dims.contains(&0) || count == 0 {
             return;
         }
         let mut index = [0usize; MAX_RANK];
         let mut offs = base;
+        // The row's index along each outer axis, the last fastest.
+        let mut rest = first;
+        for axis in (0..outer).rev() {
+            index[axis] = rest % self.dims[axis];
+            rest /= self.dims[axis];
+            for (k, o) in offs.iter_mut().enumerate() {
+                *o += index[axis] * self.strides[axis][k];
+            }
+        }
+        if rest != 0 {
+            return;
+        }
         loop {
             f(offs);
+            count -= 1;
+            if count == 0 {
+                return;
+            }
             let mut axis = outer;
             loop {
                 if axis == 0 {
@@ -120,6 +154,68 @@ impl<const K: usize> Walk<K> {
             }
         }
     }
+}
+
+/// Elements `start..end` of `n` that share `part` of `parts` takes: equal
+/// runs, cut at multiples of 64 elements, so that no two threads write
+/// into one cache line of a 64-aligned tensor, and a row cut in pieces is
+/// chunked by the vector loops as it was whole.
+pub fn span(n: usize, part: usize, parts: usize) -> core::ops::Range<usize> {
+    let per = n.div_ceil(parts.max(1)).div_ceil(64) * 64;
+    (part * per).min(n)..((part + 1) * per).min(n)
+}
+
+/// A walk restricted to share `part` of `parts` of its elements (a thread's
+/// share of an element-wise step).
+#[derive(Clone, Copy)]
+pub struct Share<'w, const K: usize> {
+    /// The whole walk.
+    pub walk: &'w Walk<K>,
+    /// This share.
+    pub part: usize,
+    /// Shares.
+    pub parts: usize,
+}
+
+impl<'w, const K: usize> Share<'w, K> {
+    /// All of `walk`.
+    pub fn whole(walk: &'w Walk<K>) -> Share<'w, K> {
+        Share {
+            walk,
+            part: 0,
+            parts: 1,
+        }
+    }
+
+    /// Calls `f(offsets, columns)` for every piece of an innermost row in
+    /// this share: `offsets` as [`Walk::rows`] gives them (plus `base`),
+    /// `columns` the range of the row's elements. Whole rows are shared
+    /// out when there are at least as many rows as shares; otherwise each
+    /// row is cut into [`span`]s. The shares of `0..parts` cover every
+    /// element once.
+    #[inline]
+    pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K], core::ops::Range<usize>)) {
+        let (len, _) = self.walk.inner();
+        let rows = self.walk.row_count();
+        if self.parts <= 1 {
+            self.walk.rows(base, |o| f(o, 0..len));
+        } else if rows >= self.parts {
+            let r = span_rows(rows, self.part, self.parts);
+            self.walk
+                .rows_from(base, r.start, r.len(), |o| f(o, 0..len));
+        } else {
+            let cols = span(len, self.part, self.parts);
+            if !cols.is_empty() {
+                self.walk.rows(base, |o| f(o, cols.clone()));
+            }
+        }
+    }
+}
+
+/// Rows `start..end` of `rows` for share `part` of `parts`.
+fn span_rows(rows: usize, part: usize, parts: usize) -> core::ops::Range<usize> {
+    let per = rows.div_ceil(parts.max(1));
+    (part * per).min(rows)..((part + 1) * per).min(rows)
 }
 
 #[cfg(test)]

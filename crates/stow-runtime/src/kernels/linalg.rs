@@ -2,7 +2,7 @@
 //! and the depthwise case, which has no product to speak of.
 
 use super::cells::{Load, Src};
-use super::gemm::{self, Dst, Finish, PackB, Strided, NR};
+use super::gemm::{self, Dst, Finish, PackB, Start, Strided, NR};
 use super::nn::Window;
 use super::prepacked::{self, Panels};
 use core::cell::Cell;
@@ -273,9 +273,12 @@ pub fn conv(
         }));
     }
     let cols = gemm::share(s.n(), part, parts);
-    fill_bias(s, bias, out, cols.clone());
     let w = &s.window;
     let (m, n, k) = (s.out_per_group, s.n(), s.k());
+    if k == 0 {
+        // No depth block to store the bias with.
+        fill_bias(s, bias, out, cols.clone());
+    }
     let plane_in = w.input_plane();
     for image in 0..s.batch {
         for g in 0..s.groups {
@@ -287,6 +290,9 @@ pub fn conv(
                 rs: n,
                 cs: 1,
                 finish,
+                // The first depth block writes bias + sum over the
+                // output, so it is never filled with the bias first.
+                start: Start::Store(bias, g * m),
             };
             crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
                 let group = Group {

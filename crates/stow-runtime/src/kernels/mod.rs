@@ -37,6 +37,8 @@ mod prepare;
 #[cfg(test)]
 mod product_tests;
 mod run;
+#[cfg(test)]
+mod split_tests;
 
 pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{
@@ -253,6 +255,19 @@ pub struct MatMul {
     pub swapped: bool,
     /// An activation merged into the product at setup (`fuse`).
     pub finish: gemm::Finish,
+}
+
+impl MatMul {
+    /// True when no two batch positions write the same outputs: positions
+    /// that walk a depth axis (output stride 0) add into one C, whose sums
+    /// only the last of them completes.
+    pub fn writes_apart(&self) -> bool {
+        let walk = &self.batch;
+        walk.dims
+            .iter()
+            .zip(&walk.strides)
+            .all(|(&d, s)| d <= 1 || s[0] != 0)
+    }
 }
 
 /// A prepared operator.

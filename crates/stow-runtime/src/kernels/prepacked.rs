@@ -269,7 +269,8 @@ fn split<'s>(
     (room.len() >= least(p)).then(|| room.split_at(p.side.width() * p.kc))
 }
 
-/// `C[m × n] += A · B` over columns `cols`, A being matrix `g` of the
+/// `C[m × n] += A · B` (or `=` with `c.start`, see [`gemm::gemm`]) over
+/// columns `cols`, A being matrix `g` of the
 /// packed left weight `a` (`p.rows × p.depth`) and B packed into
 /// `scratch` from `b` block by block.
 #[allow(clippy::too_many_arguments)]
@@ -318,12 +319,13 @@ pub fn gemm_left<L: Load<f32>>(
                     for r0 in (i0..i0 + mc).step_by(MR) {
                         let rows = MR.min(m - r0);
                         let (at, size) = ((r0, j0 + c0), (rows, NR.min(nc - c0)));
+                        let end = (c.start.at(p0, r0, rows), finish);
                         if rows == MR {
                             let a = a.sub(block + r0 * kcb, kcb * MR);
-                            micro_kernel(fma, kcb, a, bpanel, c, at, size, finish);
+                            micro_kernel(fma, kcb, a, bpanel, c, at, size, end);
                         } else {
                             let a = &tail[..kcb * MR];
-                            micro_kernel(fma, kcb, a, bpanel, c, at, size, finish);
+                            micro_kernel(fma, kcb, a, bpanel, c, at, size, end);
                         }
                     }
                 }
@@ -332,7 +334,7 @@ pub fn gemm_left<L: Load<f32>>(
     }
 }
 
-/// `C[m × n] += A · B` over columns `cols`, B being the packed right
+/// `C[m × n] += A · B` (or `=`, as [`gemm_left`]) over columns `cols`, B being the packed right
 /// weight `b` (`p.depth × p.rows`, one matrix) and A packed into
 /// `scratch` block by block.
 pub fn gemm_right<L: Load<f32>>(
@@ -379,12 +381,13 @@ pub fn gemm_right<L: Load<f32>>(
                     for (ap, r0) in (0..mc).step_by(MR).enumerate() {
                         let apanel = &apack[ap * kcb * MR..(ap + 1) * kcb * MR];
                         let (at, size) = ((i0 + r0, c0), (MR.min(mc - r0), width.min(end - c0)));
+                        let ends = (c.start.at(p0, at.0, size.0), finish);
                         if width == NR {
                             let b = b.sub(block + c0 * kcb, kcb * NR);
-                            micro_kernel(fma, kcb, apanel, b, c, at, size, finish);
+                            micro_kernel(fma, kcb, apanel, b, c, at, size, ends);
                         } else {
                             let b = &tail[..kcb * NR];
-                            micro_kernel(fma, kcb, apanel, b, c, at, size, finish);
+                            micro_kernel(fma, kcb, apanel, b, c, at, size, ends);
                         }
                     }
                 }
@@ -396,7 +399,9 @@ pub fn gemm_right<L: Load<f32>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::gemm::{gemm_cols, scratch_elems as unpacked_scratch, Strided};
+    use crate::kernels::gemm::{
+        gemm_cols, scratch_elems as unpacked_scratch, Finish, Start, Strided,
+    };
 
     fn value(i: usize, seed: usize) -> f32 {
         ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
@@ -482,6 +487,7 @@ mod tests {
                 rs: n,
                 cs: 1,
                 finish: Default::default(),
+                start: Start::Add,
             };
             let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -506,6 +512,7 @@ mod tests {
                         rs: n,
                         cs: 1,
                         finish: Default::default(),
+                        start: Start::Add,
                     };
                     let mut scratch = vec![0f32; floats];
                     let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -554,6 +561,7 @@ mod tests {
                     rs: n,
                     cs: 1,
                     finish: Default::default(),
+                    start: Start::Add,
                 };
                 let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
                 let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -581,6 +589,7 @@ mod tests {
                             rs: n,
                             cs: 1,
                             finish: Default::default(),
+                            start: Start::Add,
                         };
                         let mut scratch = vec![0f32; floats];
                         let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -592,6 +601,169 @@ mod tests {
                             got, want,
                             "{m}×{n}×{k} transposed {transposed}, {parts} shares, {floats} floats"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A small deterministic generator (xorshift), so failures replay.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        /// Mostly values in [-1, 1), with exact and negative zeros.
+        fn value(&mut self) -> f32 {
+            match self.below(16) {
+                0 => 0.0,
+                1 => -0.0,
+                _ => (self.below(2001) as f32 - 1000.0) / 997.0,
+            }
+        }
+    }
+
+    /// Storing the first depth block (`Start::Store`, with no bias, one
+    /// bias for all rows, or one per row) gives the bytes of filling C
+    /// with the bias and adding every block, whatever C held before: for
+    /// the unpacked product and both packed ones, C by rows and by
+    /// columns, with and without a clamp, thread shares and short
+    /// scratch, on random shapes with ragged edges (m, n not multiples of
+    /// the tile, k across depth blocks).
+    #[test]
+    fn stored_first_block_equals_fill_then_add() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let clamp = Finish::Clamp(gemm::Clamp {
+            lo: 0.0,
+            hi: 6.0,
+            max_first: true,
+        });
+        for case in 0..60 {
+            let m = 1 + rng.below(if case % 3 == 0 { 90 } else { 20 });
+            let n = 1 + rng.below(if case % 4 == 0 { 300 } else { 40 });
+            let k = 1 + rng.below(if case % 5 == 0 { 600 } else { 70 });
+            let a: Vec<f32> = (0..m * k).map(|_| rng.value()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| rng.value()).collect();
+            let bias: Vec<f32> = (0..m + 3).map(|_| rng.value()).collect();
+            let at = rng.below(4);
+            let sa = Strided {
+                data: a.as_slice(),
+                offset: 0,
+                rs: k,
+                cs: 1,
+                rows: m,
+                cols: k,
+            };
+            let sb = Strided {
+                data: b.as_slice(),
+                offset: 0,
+                rs: n,
+                cs: 1,
+                rows: k,
+                cols: n,
+            };
+            let left = Panels {
+                side: Side::Left,
+                matrices: 1,
+                rows: m,
+                depth: k,
+                strides: [m * k, k, 1],
+                kc: 0,
+            }
+            .with_depth_block(gemm::KC);
+            let right = Panels {
+                side: Side::Right,
+                matrices: 1,
+                rows: n,
+                depth: k,
+                strides: [0, 1, n],
+                kc: 0,
+            }
+            .with_depth_block(gemm::KC);
+            let (pa, pb) = (left.pack(&a).unwrap(), right.pack(&b).unwrap());
+            let biases: [(Option<&[f32]>, usize); 3] =
+                [(None, 0), (Some(&bias[..1]), 0), (Some(&bias[..]), at)];
+            for (bias, at) in biases {
+                let row_bias = |i: usize| match bias {
+                    None => 0.0,
+                    Some(b) if b.len() == 1 => b[0],
+                    Some(b) => b[at + i],
+                };
+                for finish in [Finish::Keep, clamp] {
+                    for by_columns in [false, true] {
+                        let (rs, cs) = if by_columns { (1, m) } else { (n, 1) };
+                        let run = |kind: usize, store: bool, parts: usize, floats: usize| {
+                            let mut c = vec![0f32; m * n];
+                            for i in 0..m {
+                                for j in 0..n {
+                                    c[i * rs + j * cs] = if store {
+                                        // Whatever was there before.
+                                        [f32::NAN, 1e30, -0.0][(i + j) % 3]
+                                    } else {
+                                        row_bias(i)
+                                    };
+                                }
+                            }
+                            let cells = Cell::from_mut(c.as_mut_slice()).as_slice_of_cells();
+                            let start = if store {
+                                Start::Store(bias.map(crate::kernels::cells::Src::Weight), at)
+                            } else {
+                                Start::Add
+                            };
+                            let dst = Dst {
+                                data: cells,
+                                offset: 0,
+                                rs,
+                                cs,
+                                finish,
+                                start,
+                            };
+                            let mut scratch = vec![0f32; floats];
+                            let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+                            for part in 0..parts {
+                                let cols = gemm::share(n, part, parts);
+                                match kind {
+                                    0 => gemm_cols(m, n, k, &sa, &sb, &dst, s, cols),
+                                    1 => gemm_left(&left, 0, pa.as_slice(), n, &sb, &dst, s, cols),
+                                    _ => gemm_right(&right, m, &sa, pb.as_slice(), &dst, s, cols),
+                                }
+                            }
+                            c.iter().map(|x| x.to_bits()).collect::<Vec<u32>>()
+                        };
+                        for kind in 0..3 {
+                            let full = match kind {
+                                0 => unpacked_scratch(m, n, k),
+                                1 => scratch_elems(&left, n),
+                                _ => scratch_elems(&right, m),
+                            };
+                            for (parts, floats) in [(1, full), (2, full), (3, full / 3)] {
+                                let p = if kind == 2 { &right } else { &left };
+                                if kind != 0 && !fits(p, floats) {
+                                    continue;
+                                }
+                                // The scratch may set the depth block of
+                                // the unpacked product: compare like with
+                                // like.
+                                let want = run(kind, false, 1, floats);
+                                let got = run(kind, true, parts, floats);
+                                assert_eq!(
+                                    got,
+                                    want,
+                                    "{m}×{n}×{k}, product {kind}, bias {:?}/{at}, {finish:?}, \
+                                     by columns {by_columns}, {parts} shares, {floats} floats",
+                                    bias.map(|b| b.len())
+                                );
+                            }
+                        }
                     }
                 }
             }

@@ -131,16 +131,59 @@ macro_rules! by_float {
     };
 }
 
-/// True for kernels that split their work between threads
-/// ([`run_part`]); the others run whole on one thread.
-pub fn splits(k: &Kernel) -> bool {
+/// Elements an element-wise step must write before it is split between
+/// threads: below this, waking the workers costs about what they save.
+pub const SPLIT_ELEMENTS: usize = 1 << 15;
+
+/// True for steps that split their work between threads ([`run_part`]);
+/// the others run whole on one thread.
+pub fn splits(step: &Step<'_>) -> bool {
+    let k = &step.kernel;
     match k {
         Kernel::DepthwiseInPlace(s, _) => super::depthwise_inplace::parallel(s),
-        _ => matches!(
-            k,
-            Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_)
-        ),
+        Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_) => true,
+        Kernel::Unary(_)
+        | Kernel::Binary(..)
+        | Kernel::Clamp(_)
+        | Kernel::LeakyRelu(_)
+        | Kernel::PowConst(_) => {
+            step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
+        }
+        Kernel::Pool(_, w) => {
+            let taps: usize = w.kernel.iter().product();
+            w.planes > 1
+                && step.outputs[0].len.saturating_mul(taps) >= SPLIT_ELEMENTS
+                && overlaps_only_in_place(step, false)
+        }
+        _ => false,
     }
+}
+
+/// True when no thread's share can read what another's writes: each arena
+/// input is clear of every output's bytes or, with `in_place`, is exactly
+/// the output's bytes with its elements (element `i` of the input feeds
+/// element `i` of the output alone, and both are in the same share). An
+/// input laid over an output at any other offset (the sequential kernel
+/// allows it when the output starts first) keeps the step on one thread.
+fn overlaps_only_in_place(step: &Step<'_>, in_place: bool) -> bool {
+    let bytes = |o: &Operand<'_>| match o.loc {
+        Loc::Arena(at) => Some((at, at + o.len * o.dtype.size_bytes() as usize)),
+        Loc::Weight(_) => None,
+    };
+    step.inputs.iter().all(|i| {
+        let Some((i0, i1)) = bytes(i) else {
+            return true;
+        };
+        step.outputs.iter().all(|o| {
+            let Some((o0, o1)) = bytes(o) else {
+                return true;
+            };
+            let same = (i0, i1) == (o0, o1)
+                && i.len == o.len
+                && i.dtype.size_bytes() == o.dtype.size_bytes();
+            i1 <= o0 || o1 <= i0 || i0 == i1 || o0 == o1 || (in_place && same)
+        })
+    })
 }
 
 /// Runs share `part` of `parts` of a step that [`splits`] (shares write
@@ -154,25 +197,37 @@ pub fn run_part(
     parts: usize,
 ) -> Result<(), Failure> {
     let (ins, outs) = (&step.inputs, &step.outputs);
-    if !splits(&step.kernel) && part != 0 {
+    let (part, parts) = if splits(step) {
+        (part, parts.max(1))
+    } else if part != 0 {
         return Ok(());
-    }
+    } else {
+        (0, 1)
+    };
+    // A one-input element-wise step's share: the same run of its input
+    // and of its output.
+    let run = || super::layout::span(outs[0].len, part, parts);
     match &step.kernel {
         Kernel::Nothing => {}
         Kernel::Clamp(k) => {
-            let out = v.dst::<f32>(&outs[0])?;
-            crate::with_load!(v.src::<f32>(&ins[0])?, |x| {
+            let out = &v.dst::<f32>(&outs[0])?[run()];
+            crate::with_load!(v.src::<f32>(&ins[0])?.slice(run()), |x| {
                 gemm::Finish::Clamp(*k).map_row(out, x)
             });
         }
         Kernel::Unary(f) if ins[0].dtype == DType::F16 => {
-            elementwise::unary_f16(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
+            elementwise::unary_f16(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
         Kernel::Unary(f) if ins[0].dtype == DType::F64 => {
-            elementwise::unary::<f64>(*f, v.src(&ins[0])?, v.dst(&outs[0])?)
+            elementwise::unary::<f64>(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
-        Kernel::Unary(f) => elementwise::unary::<f32>(*f, v.src(&ins[0])?, v.dst(&outs[0])?),
-        Kernel::Binary(b, walk) => arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?,
+        Kernel::Unary(f) => {
+            elementwise::unary::<f32>(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
+        }
+        Kernel::Binary(b, walk) => {
+            let walk = super::layout::Share { walk, part, parts };
+            arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?
+        }
         Kernel::Select(walk) => {
             let cond = v.src::<u8>(&ins[0])?;
             by_size!(outs[0].dtype.size_bytes(), |T| elementwise::select::<T>(
@@ -194,8 +249,8 @@ pub fn run_part(
         }),
         Kernel::PowConst(e) => {
             let e = *e;
-            crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
-                v.dst(&outs[0])?,
+            crate::with_load!(v.src::<f32>(&ins[0])?.slice(run()), |x| cells::map_row(
+                &v.dst(&outs[0])?[run()],
                 x,
                 |x: f32| Float::powf(x, e)
             ))
@@ -265,6 +320,7 @@ pub fn run_part(
             ))
         }
         Kernel::Pool(nn::Pool::Max, w) => {
+            let planes = pool_planes(w, part, parts);
             let indices = match outs.get(1) {
                 Some(o) => Some(v.dst::<i64>(o)?),
                 None => None,
@@ -274,6 +330,7 @@ pub fn run_part(
                 ($t:ty) => {
                     crate::with_load!(v.src::<$t>(x)?, |x| nn::max_pool(
                         w,
+                        planes.clone(),
                         x,
                         v.dst::<$t>(o)?,
                         indices
@@ -296,7 +353,14 @@ pub fn run_part(
             }
         }
         Kernel::Pool(kind, w) => {
-            crate::with_load!(v.src(&ins[0])?, |x| nn::pool(*kind, w, x, v.dst(&outs[0])?))
+            let planes = pool_planes(w, part, parts);
+            crate::with_load!(v.src(&ins[0])?, |x| nn::pool(
+                *kind,
+                w,
+                planes,
+                x,
+                v.dst(&outs[0])?
+            ))
         }
         Kernel::MaxPoolIndices {
             spatial,
@@ -353,8 +417,8 @@ pub fn run_part(
         }
         Kernel::LeakyRelu(alpha) => {
             let a = *alpha;
-            crate::with_load!(v.src::<f32>(&ins[0])?, |x| cells::map_row(
-                v.dst(&outs[0])?,
+            crate::with_load!(v.src::<f32>(&ins[0])?.slice(run()), |x| cells::map_row(
+                &v.dst(&outs[0])?[run()],
                 x,
                 |x: f32| if x < 0.0 { a * x } else { x }
             ))
@@ -475,6 +539,12 @@ pub fn run_part(
     Ok(())
 }
 
+/// Planes of a pooling step that share `part` of `parts` computes.
+fn pool_planes(w: &nn::Window, part: usize, parts: usize) -> core::ops::Range<usize> {
+    let per = w.planes.div_ceil(parts);
+    (part * per).min(w.planes)..((part + 1) * per).min(w.planes)
+}
+
 /// A strided copy from `src` into `o`, moving elements as raw bits.
 fn copy_into(
     v: &Views<'_>,
@@ -582,9 +652,19 @@ fn matmul(
     let [m, n, k] = mm.mnk;
     let cols = gemm::share(n, part, parts);
     let (len, [sc, sa, sb]) = mm.batch.inner();
-    // Zero this share's columns everywhere first: batch positions that
-    // walk a k axis accumulate into the same C.
+    // The packed product stores its first depth block over C, so C needs
+    // no zeros first, unless batch positions that walk a k axis
+    // accumulate into the same C (or the one-row path, which adds).
+    let store = k > 0 && m > 1 && mm.writes_apart();
+    let start = if store {
+        gemm::Start::Store(None, 0)
+    } else {
+        gemm::Start::Add
+    };
     mm.batch.rows([0, 0, 0], |[oc, _, _]| {
+        if store {
+            return;
+        }
         for j in 0..len {
             let base = oc + j * sc;
             // One fill per contiguous row or column rather than a strided
@@ -618,6 +698,7 @@ fn matmul(
                 rs: mm.c[0],
                 cs: mm.c[1],
                 finish: mm.finish,
+                start,
             };
             if m == 1 {
                 crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
