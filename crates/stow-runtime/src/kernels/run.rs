@@ -135,13 +135,22 @@ macro_rules! by_float {
 /// threads: below this, waking the workers costs about what they save.
 pub const SPLIT_ELEMENTS: usize = 1 << 15;
 
+/// Multiply-adds below which a float product or convolution runs on one
+/// thread.
+pub const SPLIT_MACS: usize = 1 << 17;
+
 /// True for steps that split their work between threads ([`run_part`]);
 /// the others run whole on one thread.
 pub fn splits(step: &Step<'_>) -> bool {
     let k = &step.kernel;
     match k {
         Kernel::DepthwiseInPlace(s, _) => super::depthwise_inplace::parallel(s),
-        Kernel::Conv(..) | Kernel::MatMul(_) | Kernel::QConv(_) | Kernel::QProduct(_) => true,
+        // Waking the workers costs more than a few microseconds of
+        // arithmetic saves: small products (the bands of a patched stage,
+        // a model's last layers) run on one thread.
+        Kernel::Conv(s, ..) => step.outputs[0].len.saturating_mul(s.k()) >= SPLIT_MACS,
+        Kernel::MatMul(m) => step.outputs[0].len.saturating_mul(m.mnk[2]) >= SPLIT_MACS,
+        Kernel::QConv(_) | Kernel::QProduct(_) => true,
         Kernel::Unary(_)
         | Kernel::Binary(..)
         | Kernel::Clamp(_)
