@@ -184,6 +184,33 @@ fn banded_spec(spec: &PoolSpec, above: usize, below: usize, width: (usize, usize
     spec
 }
 
+/// A convolution or pool `op` over a band with explicit padding above and
+/// below (the width's padding kept), or `None` for other operators.
+fn banded(
+    op: &dyn TypedOp,
+    above: usize,
+    below: usize,
+    width: (usize, usize),
+) -> Option<Box<dyn TypedOp>> {
+    let any = op.as_op();
+    let spec = |s: &PoolSpec| banded_spec(s, above, below, width);
+    if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
+        let mut conv = conv.clone();
+        conv.pool_spec = spec(&conv.pool_spec);
+        Some(Box::new(conv))
+    } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
+        let mut pool = pool.clone();
+        pool.pool_spec = spec(&pool.pool_spec);
+        Some(Box::new(pool))
+    } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
+        let mut pool = pool.clone();
+        pool.pool_spec = spec(&pool.pool_spec);
+        Some(Box::new(pool))
+    } else {
+        None
+    }
+}
+
 /// How `node`'s output rows follow from its input `from`'s rows, or why
 /// the node cannot run in bands.
 fn row_map(model: &TypedModel, node: &TypedNode, from: usize) -> Result<RowMap, String> {
@@ -569,24 +596,8 @@ pub fn apply(model: &mut TypedModel, stage: &PatchedStage) -> Result<(), OnnxErr
                         - 2;
                     Box::new(ops::Downsample::new(axis, *stride as isize, 0))
                 }
-                RowMap::Window { width, .. } => {
-                    let any = node.op.as_op();
-                    if let Some(conv) = any.downcast_ref::<ops::cnn::Conv>() {
-                        let mut conv = conv.clone();
-                        conv.pool_spec = banded_spec(&conv.pool_spec, above, below, *width);
-                        Box::new(conv)
-                    } else if let Some(pool) = any.downcast_ref::<ops::cnn::MaxPool>() {
-                        let mut pool = pool.clone();
-                        pool.pool_spec = banded_spec(&pool.pool_spec, above, below, *width);
-                        Box::new(pool)
-                    } else if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
-                        let mut pool = pool.clone();
-                        pool.pool_spec = banded_spec(&pool.pool_spec, above, below, *width);
-                        Box::new(pool)
-                    } else {
-                        return Err(refuse(format!("`{}` has no banded form", node.name)));
-                    }
-                }
+                RowMap::Window { width, .. } => banded(node.op.as_ref(), above, below, *width)
+                    .ok_or_else(|| refuse(format!("`{}` has no banded form", node.name)))?,
             };
             let name = unique(&mut names, format!("{}.rows{o0}-{o1}", node.name));
             let wired = model.wire_node(name, op, &inputs).map_err(tract)?[0];
