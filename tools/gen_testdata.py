@@ -289,8 +289,10 @@ def patch_se():
     convolution on the image, a depthwise stride 2 and a narrow projection;
     a channel gate computed from the whole narrow tensor (GlobalAveragePool,
     1×1 convolution, Sigmoid, Mul); then a wide expansion, a depthwise and
-    a narrow projection. No stage can cross the gate, so fitting a small
-    capacity takes one stage before it and one after."""
+    a narrow projection. A stage crosses the gate only by computing what
+    comes before it twice (most of this model's multiply-adds), so within
+    the default budget a small capacity takes one stage before the gate and
+    one after."""
     b = Builder(12)
 
     def conv(x, cin, cout, k, stride=1, group=1):

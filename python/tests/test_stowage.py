@@ -197,6 +197,26 @@ def test_a_capacity_runs_stages_in_bands_like_onnxruntime(name):
         stowage.compile(model, patch=["image:features"])
 
 
+def test_a_stage_through_a_gate_computes_twice_within_the_budget_like_onnxruntime():
+    model = TESTDATA / "patch_se.onnx"
+    whole = stowage.compile(model).report
+    capacity = whole["arena_bytes"] // 3
+    compiled = stowage.compile(model, capacity=capacity, max_extra_macs=100)
+    report = compiled.report
+    assert report["arena_bytes"] <= capacity and len(report["stages"]) == 1
+    assert whole["multiply_adds"] == whole["multiply_adds_without_stages"]
+    assert report["multiply_adds_without_stages"] == whole["multiply_adds"]
+    assert whole["multiply_adds"] < report["multiply_adds"] <= 2 * whole["multiply_adds"]
+    inputs = random_inputs(compiled.inputs, 5)
+    assert_match(stowage.Session(compiled).run(inputs), onnxruntime_outputs(model, inputs))
+    # The default budget (15 %) takes two stages around the gate instead.
+    default = stowage.compile(model, capacity=capacity).report
+    assert len(default["stages"]) == 2
+    assert default["multiply_adds"] == whole["multiply_adds"]
+    with pytest.raises(stowage.OptionError, match="max_extra_macs"):
+        stowage.compile(model, capacity=capacity, max_extra_macs=-1)
+
+
 def case_options(case):
     """`stow compile` flags of a regression case (args.txt) as keywords."""
     args = (REGRESS / case / "args.txt")

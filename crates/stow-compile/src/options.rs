@@ -78,7 +78,16 @@ pub struct CompileOptions {
     /// ([`PlanOptions::capacity`]) and none given, the compiler chooses
     /// one when the model's tensors do not fit otherwise. Default: none.
     pub stages: Vec<PatchedStage>,
+    /// The most multiply-adds a stage chosen for the capacity may add, as
+    /// a fraction of the model's own (`--max-extra-macs PERCENT`): a stage
+    /// that runs through a reduction of the rows (a squeeze-and-excitation
+    /// block) computes the operators before it twice. Default
+    /// [`DEFAULT_MAX_EXTRA_MACS`].
+    pub max_extra_macs: f64,
 }
+
+/// Default [`CompileOptions::max_extra_macs`]: 15 %.
+pub const DEFAULT_MAX_EXTRA_MACS: f64 = 0.15;
 
 impl Default for CompileOptions {
     fn default() -> Self {
@@ -97,6 +106,7 @@ impl Default for CompileOptions {
             pins: Vec::new(),
             placement: Placement::Gain,
             stages: Vec::new(),
+            max_extra_macs: DEFAULT_MAX_EXTRA_MACS,
         }
     }
 }

@@ -129,8 +129,14 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
     let mut candidates: Vec<(Option<Vec<stow_onnx::PatchedStage>>, ModelGraph)> = Vec::new();
     let mut bound_without_stages = None;
     if let (true, Some(capacity)) = (options.stages.is_empty(), options.plan.capacity) {
-        let chosen = crate::stages::choose(&decluttered, &graph, capacity, options.reuse)
-            .map_err(load_error)?;
+        let chosen = crate::stages::choose(
+            &decluttered,
+            &graph,
+            capacity,
+            options.reuse,
+            options.max_extra_macs,
+        )
+        .map_err(load_error)?;
         if !chosen.is_empty() {
             bound_without_stages = Some(crate::stages::bound(&graph));
         }
@@ -149,6 +155,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         }
         _ => None,
     };
+    let multiply_adds_without_stages = decluttered.multiply_adds();
     drop(decluttered);
     // With `compare`, the planner's own failure carries every strategy's.
     if let (Some(capacity), true) = (
@@ -261,6 +268,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         placement: options.placement,
         stages,
         bound_without_stages,
+        multiply_adds_without_stages,
     });
     Ok(Compiled {
         bytes,

@@ -106,6 +106,12 @@ pub struct Report {
     /// The model's lower bound without the stages, when the compiler
     /// chose them to meet the capacity.
     pub bound_without_stages: Option<u64>,
+    /// Multiply-adds of the model's convolutions and products, as
+    /// compiled.
+    pub multiply_adds: u64,
+    /// The same without the stages: less than [`Report::multiply_adds`]
+    /// when a stage runs through a reduction of the rows.
+    pub multiply_adds_without_stages: u64,
 }
 
 /// The parts of a compile a report is made of.
@@ -124,6 +130,7 @@ pub(crate) struct ReportInputs<'a> {
     pub placement: Placement,
     pub stages: Vec<PatchedStage>,
     pub bound_without_stages: Option<u64>,
+    pub multiply_adds_without_stages: u64,
 }
 
 impl Report {
@@ -150,6 +157,8 @@ impl Report {
             placement: r.placement,
             stages: r.stages,
             bound_without_stages: r.bound_without_stages,
+            multiply_adds: r.graph.multiply_adds(),
+            multiply_adds_without_stages: r.multiply_adds_without_stages,
         }
     }
 }

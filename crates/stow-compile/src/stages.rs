@@ -10,7 +10,10 @@
 //! bound compared with the capacity; the first that fits is kept, with as
 //! many rows per step as still fit (fewer, larger bands run faster).
 //! When none fits, the candidate with the smallest bound is kept, so that
-//! planning reports how many bytes are still missing.
+//! planning reports how many bytes are still missing. A candidate that
+//! adds more multiply-adds than the budget allows is skipped: a stage
+//! through a reduction of the rows (a squeeze-and-excitation block)
+//! computes the operators before it twice.
 
 use stow_onnx::{Decluttered, ModelGraph, OnnxError, PatchedStage, ReuseOptions, TensorRole};
 
@@ -53,7 +56,14 @@ pub(crate) fn choose(
     graph: &ModelGraph,
     capacity: u64,
     reuse: ReuseOptions,
+    max_extra_macs: f64,
 ) -> Result<Vec<(Vec<PatchedStage>, ModelGraph)>, OnnxError> {
+    let macs = graph.multiply_adds();
+    let limits = Limits {
+        capacity,
+        reuse,
+        most_macs: macs.saturating_add((macs as f64 * max_extra_macs.max(0.0)) as u64),
+    };
     let mut prefix: Vec<PatchedStage> = Vec::new();
     let mut base = decluttered.clone();
     let mut current: Option<ModelGraph> = None;
@@ -62,7 +72,7 @@ pub(crate) fn choose(
         if bound(now) <= capacity || now.ops.is_empty() {
             break;
         }
-        let (fitting, closest) = candidates(&base, now, capacity, reuse);
+        let (fitting, closest) = candidates(&base, now, &limits);
         if !fitting.is_empty() {
             return Ok(fitting
                 .into_iter()
@@ -85,14 +95,22 @@ pub(crate) fn choose(
     Ok(current.map(|g| vec![(prefix, g)]).unwrap_or_default())
 }
 
+/// What a candidate must meet.
+struct Limits {
+    capacity: u64,
+    reuse: ReuseOptions,
+    /// Multiply-adds of the model plus the extra allowed.
+    most_macs: u64,
+}
+
 /// The stages that fit on `decluttered` as it is (see [`choose`]), and
-/// the closest one that does not, with its bound.
+/// the closest one that does not, with its bound. Candidates over the
+/// multiply-add budget are neither.
 #[allow(clippy::type_complexity)]
 fn candidates(
     decluttered: &Decluttered,
     graph: &ModelGraph,
-    capacity: u64,
-    reuse: ReuseOptions,
+    limits: &Limits,
 ) -> (
     Vec<(PatchedStage, ModelGraph)>,
     Option<(u64, PatchedStage, ModelGraph)>,
@@ -105,10 +123,17 @@ fn candidates(
             .find(|t| t.name == name)
             .map(|t| t.bytes)
     };
-    let record = |stage: &PatchedStage| {
-        // A candidate the rewrite refuses is skipped, not an error: the
-        // model still compiles unpatched, or with another stage.
-        let patched = decluttered.graph(reuse, std::slice::from_ref(stage)).ok()?;
+    // A candidate the rewrite refuses, or over the multiply-add budget, is
+    // skipped, not an error: the model still compiles unpatched, or with
+    // another stage. The budget is checked before the costly recording.
+    let within_budget = |stage: &PatchedStage| {
+        decluttered
+            .with_stages(std::slice::from_ref(stage))
+            .ok()
+            .filter(|d| d.multiply_adds() <= limits.most_macs)
+    };
+    let record = |staged: Decluttered| {
+        let patched = staged.graph(limits.reuse, &[]).ok()?;
         Some((bound(&patched), patched))
     };
     // Stages start at a graph input or, where the input's stage cannot
@@ -132,36 +157,38 @@ fn candidates(
         let Some(from_bytes) = bytes_of(&from) else {
             continue;
         };
-        let mut ends: Vec<(String, u64)> = decluttered
+        let ends: Vec<(String, u64)> = decluttered
             .stage_ends(&from, &covering)
             .into_iter()
             .filter_map(|to| bytes_of(&to).map(|b| (to, b)))
             .collect();
         // The stage's input lives until its last band is computed, and its
         // output is assembled whole beside it: ends that leave room for
-        // both come first, in order; without any, the smallest ends.
-        if ends
-            .iter()
-            .any(|&(_, b)| b.saturating_add(from_bytes) < capacity)
-        {
-            ends.retain(|&(_, b)| b.saturating_add(from_bytes) < capacity);
-        } else {
-            ends.sort_by_key(|&(_, b)| b);
-        }
-        for (to, _) in ends.into_iter().take(MAX_ENDS) {
-            if recorded >= MAX_RECORDINGS {
+        // both come first, in order; then the others, smallest first.
+        let (mut ends, mut others): (Vec<_>, Vec<_>) = ends
+            .into_iter()
+            .partition(|&(_, b)| b.saturating_add(from_bytes) < limits.capacity);
+        others.sort_by_key(|&(_, b)| b);
+        ends.append(&mut others);
+        let mut recorded_here = 0;
+        for (to, _) in ends {
+            if recorded_here >= MAX_ENDS || recorded >= MAX_RECORDINGS {
                 break;
             }
-            recorded += 1;
             let stage = PatchedStage {
                 from: from.clone(),
                 to,
                 rows: 1,
             };
-            let Some((b, patched)) = record(&stage) else {
+            let Some(staged) = within_budget(&stage) else {
                 continue;
             };
-            if b <= capacity {
+            recorded += 1;
+            recorded_here += 1;
+            let Some((b, patched)) = record(staged) else {
+                continue;
+            };
+            if b <= limits.capacity {
                 if fitting.is_empty() {
                     // Fewer, larger bands run faster.
                     let mut coarser = Vec::new();
@@ -170,8 +197,8 @@ fn candidates(
                             rows,
                             ..stage.clone()
                         };
-                        match record(&stage) {
-                            Some((b, g)) if b <= capacity => coarser.push((stage, g)),
+                        match within_budget(&stage).and_then(record) {
+                            Some((b, g)) if b <= limits.capacity => coarser.push((stage, g)),
                             _ => break,
                         }
                     }

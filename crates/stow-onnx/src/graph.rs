@@ -112,6 +112,12 @@ impl ModelGraph {
         self.weights.get(tensor)?.as_ref().map(|t| (**t).clone())
     }
 
+    /// Multiply-adds of the model's convolutions and products (a stage
+    /// that reduces rows computes some of them twice).
+    pub fn multiply_adds(&self) -> u64 {
+        crate::stage::multiply_adds(&self.model)
+    }
+
     /// The step that writes `tensor`, or `None` for inputs and weights.
     pub fn producer_step(&self, tensor: usize) -> Option<usize> {
         self.ops.iter().position(|op| op.outputs.contains(&tensor))

@@ -100,6 +100,12 @@ impl Decluttered {
         Ok(Decluttered { model, applied })
     }
 
+    /// Multiply-adds of the model's convolutions and products, with the
+    /// stages applied so far.
+    pub fn multiply_adds(&self) -> u64 {
+        crate::stage::multiply_adds(&self.model)
+    }
+
     /// The names of the graph inputs.
     pub fn input_names(&self) -> Vec<String> {
         self.model

@@ -426,5 +426,10 @@ fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>>
     let stages: Vec<String> = r.stages.iter().map(|s| s.to_string()).collect();
     d.set_item("stages", stages)?;
     d.set_item("bound_without_stages", r.bound_without_stages)?;
+    d.set_item("multiply_adds", r.multiply_adds)?;
+    d.set_item(
+        "multiply_adds_without_stages",
+        r.multiply_adds_without_stages,
+    )?;
     Ok(d)
 }

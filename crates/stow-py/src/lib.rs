@@ -54,7 +54,8 @@ fn bundle_name(model: &std::path::Path) -> String {
 /// `placement` (`--placement`: `"gain"`, `"first-use"`, `"threshold"` or
 /// `"threshold=BYTES"`). Patch-based execution: `patch=["FROM:TO:ROWS"]`
 /// (`--patch`); with `capacity` and no `patch`, the compiler chooses
-/// stages when the model does not fit otherwise.
+/// stages when the model does not fit otherwise, adding at most
+/// `max_extra_macs` percent multiply-adds (`--max-extra-macs`, 15).
 #[pyfunction]
 #[pyo3(signature = (
     model,
@@ -81,6 +82,7 @@ fn bundle_name(model: &std::path::Path) -> String {
     pins = None,
     placement = "gain".to_string(),
     patch = Vec::new(),
+    max_extra_macs = 15.0,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn compile<'py>(
@@ -108,6 +110,7 @@ fn compile<'py>(
     pins: Option<Bound<'py, PyDict>>,
     placement: String,
     patch: Vec<String>,
+    max_extra_macs: f64,
 ) -> PyResult<Bundle> {
     let options = options::compile_options(
         py,
@@ -136,6 +139,7 @@ fn compile<'py>(
             pins,
             placement,
             patch,
+            max_extra_macs,
         },
     )?;
     let outcome = py.detach(|| {

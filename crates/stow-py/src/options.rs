@@ -34,6 +34,8 @@ pub struct CompileArgs<'py> {
     pub pins: Option<Bound<'py, PyDict>>,
     pub placement: String,
     pub patch: Vec<String>,
+    /// Percent.
+    pub max_extra_macs: f64,
 }
 
 fn option_error(py: Python<'_>, text: String) -> PyErr {
@@ -275,5 +277,16 @@ pub fn compile_options(py: Python<'_>, args: CompileArgs<'_>) -> PyResult<Compil
         pins,
         placement,
         stages,
+        max_extra_macs: if args.max_extra_macs.is_finite() && args.max_extra_macs >= 0.0 {
+            args.max_extra_macs / 100.0
+        } else {
+            return Err(option_error(
+                py,
+                format!(
+                    "max_extra_macs: {} is not a percentage (a number from 0 up)",
+                    args.max_extra_macs
+                ),
+            ));
+        },
     })
 }

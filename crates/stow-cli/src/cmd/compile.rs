@@ -85,6 +85,19 @@ pub struct Args {
     /// the model does not fit otherwise.
     #[arg(long = "patch", value_name = "FROM:TO:ROWS", value_parser = parse_stage)]
     pub stages: Vec<stow_onnx::PatchedStage>,
+    /// The most multiply-adds, in percent of the model's own, that a stage
+    /// chosen for `--capacity` may add: a stage through a
+    /// squeeze-and-excitation block computes the operators before its gate
+    /// twice.
+    #[arg(long, value_name = "PERCENT", default_value_t = 15.0, value_parser = parse_percent)]
+    pub max_extra_macs: f64,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
+        _ => Err(format!("`{s}` is not a percentage (a number from 0 up)")),
+    }
 }
 
 fn parse_stage(s: &str) -> Result<stow_onnx::PatchedStage, String> {
@@ -152,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
             .collect(),
         pins: args.pins.clone(),
         stages: args.stages.clone(),
+        max_extra_macs: args.max_extra_macs / 100.0,
         placement: args.placement,
     };
     let compiled = match compile(&args.model, &options) {
@@ -237,6 +251,14 @@ fn summary(model: &Path, output: &Path, r: &Report) -> String {
             ))
         );
     }
+    if r.multiply_adds != r.multiply_adds_without_stages {
+        say!(
+            out,
+            "  multiply-adds  {} ({:+.1} % for the stages)",
+            thousands(r.multiply_adds),
+            (r.multiply_adds as f64 / r.multiply_adds_without_stages.max(1) as f64 - 1.0) * 100.0
+        );
+    }
     let orders: Vec<String> = r
         .order_bounds
         .iter()
@@ -296,8 +318,8 @@ pub(crate) fn pool_table(pools: &[stow_compile::PoolReport], placement: &str) ->
     out
 }
 
-/// `1234567` → `1,234,567 B (1.18 MiB)`.
-pub(crate) fn human_bytes(n: u64) -> String {
+/// `1234567` → `1,234,567`.
+fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut grouped = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -306,6 +328,12 @@ pub(crate) fn human_bytes(n: u64) -> String {
         }
         grouped.push(c);
     }
+    grouped
+}
+
+/// `1234567` → `1,234,567 B (1.18 MiB)`.
+pub(crate) fn human_bytes(n: u64) -> String {
+    let grouped = thousands(n);
     let units = [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     match units.iter().find(|(_, s)| n >= *s) {
         Some((u, s)) => format!("{grouped} B ({:.2} {u})", n as f64 / *s as f64),
