@@ -309,8 +309,31 @@ def patch_se():
     return b.model("patch_se", [f32("image", [1, 3, 64, 32])], [f32("features", [1, 8, 32, 16])])
 
 
+def patch_pad():
+    """A channels-last image as a TensorFlow export leaves it: transposed
+    for a convolution, back to channels last for a Relu and forward again,
+    then paddings of the rows (edge, reflecting, constant), a max pool, a
+    parametric Relu and a convolution without padding. The moves around
+    the Relu cancel; every operator after the first move runs in bands."""
+    b = Builder(13)
+    x = b.op("Transpose", ["image"], perm=[0, 3, 1, 2])
+    x = b.conv(x, 3, 32, 3, stride=2)
+    x = b.op("Transpose", [x], perm=[0, 2, 3, 1])
+    x = b.op("Relu", [x])
+    x = b.op("Transpose", [x], perm=[0, 3, 1, 2])
+    x = b.op("Pad", [x, b.const("pads", np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64))], mode="edge")
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2])
+    x = b.op("PRelu", [x, b.weight("slope", [32, 1, 1], 0.2)])
+    x = b.op("Pad", [x, b.const("pads", np.array([0, 0, 2, 0, 0, 0, 2, 0], np.int64))], mode="reflect")
+    x = b.conv(x, 32, 16, 1)
+    x = b.op("Pad", [x, b.const("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+                     b.const("value", np.array(0.5, np.float32))])
+    b.op("Conv", [x, b.weight("w", [8, 16, 3, 3])], out="features", kernel_shape=[3, 3])
+    return b.model("patch_pad", [f32("image", [1, 96, 40, 3])], [f32("features", [1, 8, 28, 10])])
+
+
 MODELS = [residual_cnn, two_branch, mobilenet_block, mlp, transformer_block, symbolic_batch, concat_block,
-          upsample_block, depthwise_block, patch_chain, patch_se]
+          upsample_block, depthwise_block, patch_chain, patch_se, patch_pad]
 
 
 def run_once(path, model):

@@ -179,7 +179,7 @@ def test_model_runs_like_onnxruntime(name, tmp_path):
             assert ours[out].tobytes() == plain[out].tobytes(), out
 
 
-@pytest.mark.parametrize("name", ["patch_chain", "patch_se"])
+@pytest.mark.parametrize("name", ["patch_chain", "patch_se", "patch_pad"])
 def test_a_capacity_runs_stages_in_bands_like_onnxruntime(name):
     model = TESTDATA / f"{name}.onnx"
     whole = stowage.compile(model).report

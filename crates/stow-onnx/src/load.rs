@@ -70,6 +70,7 @@ pub fn load_decluttered(path: &Path, options: &LoadOptions) -> Result<Decluttere
         // Windows that loops and branches uncovered.
         crate::refusals::refuse_degenerate_windows(&model)?;
         crate::channels::channels_first(&mut model)?;
+        crate::channels::cancel_moves(&mut model)?;
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;
         crate::lookup::lookup_tables(&mut model)?;

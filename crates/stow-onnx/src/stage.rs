@@ -184,8 +184,9 @@ fn banded_spec(spec: &PoolSpec, above: usize, below: usize, width: (usize, usize
     spec
 }
 
-/// A convolution or pool `op` over a band with explicit padding above and
-/// below (the width's padding kept), or `None` for other operators.
+/// A convolution, pool or padding `op` over a band with explicit padding
+/// above and below (the width's padding kept), or `None` for other
+/// operators.
 fn banded(
     op: &dyn TypedOp,
     above: usize,
@@ -206,6 +207,11 @@ fn banded(
         let mut pool = pool.clone();
         pool.pool_spec = spec(&pool.pool_spec);
         Some(Box::new(pool))
+    } else if let Some(pad) = any.downcast_ref::<ops::array::Pad>() {
+        let mut pad = pad.clone();
+        let rows = pad.pads.len().checked_sub(2)?;
+        pad.pads[rows] = (above, below);
+        Some(Box::new(pad))
     } else {
         None
     }
@@ -249,6 +255,23 @@ fn row_map(
     if let Some(pool) = any.downcast_ref::<ops::cnn::SumPool>() {
         return window(&pool.pool_spec, &input);
     }
+    if let Some(pad) = any.downcast_ref::<ops::array::Pad>() {
+        let (top, bottom) = pad.pads.get(input.len() - 2).copied().unwrap_or((0, 0));
+        if (top, bottom) == (0, 0) {
+            // Each row padded along the width alone.
+            return Ok(RowMap::Same);
+        }
+        // A window of one row; the rows above and below the input are
+        // the padding's. Edge and reflecting paddings copy rows at the
+        // input's top and bottom, which the bands there hold (checked per
+        // band).
+        return Ok(RowMap::Window {
+            span: 1,
+            stride: 1,
+            before: top,
+            width: (0, 0),
+        });
+    }
     if let Some(sample) = any.downcast_ref::<ops::Downsample>() {
         if sample.stride <= 0 {
             return Err("a reversing strided slice".into());
@@ -291,6 +314,7 @@ fn row_map(
         return Ok(RowMap::Same);
     }
     if any.downcast_ref::<ops::binary::TypedBinOp>().is_some()
+        || any.downcast_ref::<ops::logic::Iff>().is_some()
         || any
             .downcast_ref::<ops::element_wise::ElementWiseOp>()
             .is_some()
@@ -565,6 +589,7 @@ fn stage_nodes(
                 if from_slot.replace(slot).is_some() {
                     // Two stage inputs: row for row (a residual addition).
                     if !(node.op_is::<ops::binary::TypedBinOp>()
+                        || node.op_is::<ops::logic::Iff>()
                         || node.op_is::<crate::qops::QLinearBinary>()
                         || node.op_is::<ops::array::TypedConcat>())
                     {
@@ -759,6 +784,22 @@ fn run_in_bands(
             let (_, h_in) =
                 rows_of(model, node.inputs[sn.from]).ok_or_else(|| refuse("no rows".into()))?;
             let (first, end, above, below) = sn.map.input_rows(o0, o1, h_in);
+            if let Some(why) = padding_unreachable(&node, end - first, above, below) {
+                return Err(refuse(format!(
+                    "`{}` pads rows {o0}..{o1} from {why}",
+                    node.name
+                )));
+            }
+            if first == end {
+                // Rows wholly in a padding's rows: a constant band.
+                let band = padding_band(model, &node, o1 - o0).ok_or_else(|| {
+                    refuse(format!("`{}` reads no rows for {o0}..{o1}", node.name))
+                })?;
+                let name = unique(names, format!("{}.rows{o0}-{o1}", node.name));
+                let wired = model.add_const(name, band).map_err(tract)?;
+                bands.entry(out).or_default().push((o0, o1, wired));
+                continue;
+            }
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for (slot, &i) in node.inputs.iter().enumerate() {
                 if !sn.inside[slot] {
@@ -799,6 +840,44 @@ fn run_in_bands(
         }
     }
     Ok((bands, pieces))
+}
+
+/// Why a band of an edge or reflecting padding reading `rows` input rows
+/// and adding `above` and `below` cannot copy the rows its padding copies
+/// (they lie in other bands), or `None`.
+fn padding_unreachable(
+    node: &TypedNode,
+    rows: usize,
+    above: usize,
+    below: usize,
+) -> Option<String> {
+    let pad = node.op_as::<ops::array::Pad>()?;
+    let needs = match pad.mode {
+        ops::array::PadMode::Constant(_) => return None,
+        ops::array::PadMode::Edge => usize::from(above + below > 0),
+        ops::array::PadMode::Reflect => above.max(below) + 1,
+    };
+    (rows < needs).then(|| {
+        format!("rows of other bands ({rows} input rows in the band; use more rows per step)")
+    })
+}
+
+/// `rows` rows of a constant padding's value, as wide as `node`'s output,
+/// or `None` when `node` is no constant padding.
+fn padding_band(model: &TypedModel, node: &TypedNode, rows: usize) -> Option<Tensor> {
+    let pad = node.op_as::<ops::array::Pad>()?;
+    let ops::array::PadMode::Constant(value) = &pad.mode else {
+        return None;
+    };
+    let fact = model.outlet_fact(OutletId::new(node.id, 0)).ok()?;
+    let mut shape = fact.shape.as_concrete()?.to_vec();
+    let axis = shape.len().checked_sub(2)?;
+    shape[axis] = rows;
+    value
+        .cast_to_dt(fact.datum_type)
+        .ok()?
+        .broadcast_scalar_to_shape(&shape)
+        .ok()
 }
 
 /// Computes the reduction `reduction` over bands of its input, from
@@ -1097,6 +1176,7 @@ mod tests {
             "residual_cnn.onnx",
             "depthwise_block.onnx",
             "patch_se.onnx",
+            "patch_pad.onnx",
         ] {
             let d = decluttered(model);
             let whole = d.graph(Default::default(), &[]).unwrap();
