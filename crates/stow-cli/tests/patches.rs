@@ -197,6 +197,28 @@ fn a_stage_runs_through_a_gate_within_the_budget() {
             assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
         }
     }
+    // Too small a capacity for any stage within no budget at all: the
+    // error says that stages through the gate were skipped, and why.
+    let tight = (whole_json["arena_bytes"].as_u64().unwrap() / 5).to_string();
+    let refused = dir.path().join("refused.stow");
+    let r = refused.to_str().unwrap();
+    let o = stow(&[
+        "compile",
+        m,
+        "-o",
+        r,
+        "--capacity",
+        &tight,
+        "--max-extra-macs",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("more than --max-extra-macs allows"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!refused.exists());
     // A budget that is not a percentage is refused.
     let o = stow(&["compile", m, "-o", b, "--max-extra-macs=-3"]);
     assert!(!o.status.success());

@@ -51,7 +51,7 @@ pub enum CompileError {
     /// one step, even with the closest stage run in bands of rows the
     /// compiler found (or the stages given).
     #[error(
-        "compiling {}: the tensors live at step {step} (`{op}`) need {bound} bytes, {} more than the capacity of {capacity}{}",
+        "compiling {}: the tensors live at step {step} (`{op}`) need {bound} bytes, {} more than the capacity of {capacity}{}{}",
         path.display(),
         bound - capacity,
         match stage {
@@ -60,7 +60,8 @@ pub enum CompileError {
                 " (no stage of the model can run in bands of rows there{})",
                 why_no_stage.as_ref().map_or(String::new(), |w| format!(": {w}"))
             ),
-        }
+        },
+        over_budget.as_ref().map_or(String::new(), |o| format!("; {o}"))
     )]
     OverCapacity {
         /// The model.
@@ -78,6 +79,8 @@ pub enum CompileError {
         stage: Option<String>,
         /// Without stages, why none reaches the peak from the graph input.
         why_no_stage: Option<String>,
+        /// Stages skipped for the budget of extra multiply-adds.
+        over_budget: Option<String>,
     },
     /// One arena tensor alone is larger than
     /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).

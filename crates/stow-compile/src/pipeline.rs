@@ -128,8 +128,9 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         .map_err(load_error)?;
     let mut candidates: Vec<(Option<Vec<stow_onnx::PatchedStage>>, ModelGraph)> = Vec::new();
     let mut bound_without_stages = None;
+    let mut over_budget = None;
     if let (true, Some(capacity)) = (options.stages.is_empty(), options.plan.capacity) {
-        let chosen = crate::stages::choose(
+        let (chosen, skipped) = crate::stages::choose(
             &decluttered,
             &graph,
             capacity,
@@ -140,6 +141,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         if !chosen.is_empty() {
             bound_without_stages = Some(crate::stages::bound(&graph));
         }
+        over_budget = skipped.map(|s| s.to_string());
         for (stages, g) in chosen {
             let (stages, g) = crate::stages::in_step_order(&decluttered, stages, g, options.reuse)
                 .map_err(load_error)?;
@@ -183,6 +185,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
                     .map(|s| s.to_string())
                     .reduce(|a, b| format!("{a}, {b}")),
                 why_no_stage,
+                over_budget,
             });
         }
     }

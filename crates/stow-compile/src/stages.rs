@@ -57,13 +57,46 @@ pub(crate) fn choose(
     capacity: u64,
     reuse: ReuseOptions,
     max_extra_macs: f64,
-) -> Result<Vec<(Vec<PatchedStage>, ModelGraph)>, OnnxError> {
+) -> Result<(Vec<(Vec<PatchedStage>, ModelGraph)>, Option<OverBudget>), OnnxError> {
     let macs = graph.multiply_adds();
     let limits = Limits {
         capacity,
         reuse,
         most_macs: macs.saturating_add((macs as f64 * max_extra_macs.max(0.0)) as u64),
+        over_budget: std::cell::Cell::new((0, u64::MAX)),
     };
+    let mut chosen = choose_within(decluttered, graph, &limits)?;
+    let best = |c: &[(Vec<PatchedStage>, ModelGraph)]| c.first().map(|(_, g)| bound(g));
+    if best(&chosen).is_none_or(|b| b > capacity) && limits.most_macs > macs {
+        // The closest stage through a reduction may be a worse start for
+        // a chain of stages than one without: search again without them.
+        let strict = Limits {
+            most_macs: macs,
+            over_budget: std::cell::Cell::new((0, u64::MAX)),
+            ..limits
+        };
+        let without = choose_within(decluttered, graph, &strict)?;
+        if best(&without).is_some_and(|w| best(&chosen).is_none_or(|c| w < c)) {
+            chosen = without;
+        }
+    }
+    let over_budget = match limits.over_budget.get() {
+        (0, _) => None,
+        (count, least) => Some(OverBudget {
+            count,
+            least_extra: least.saturating_sub(macs) as f64 / macs.max(1) as f64,
+        }),
+    };
+    Ok((chosen, over_budget))
+}
+
+/// [`choose`] within `limits`.
+fn choose_within(
+    decluttered: &Decluttered,
+    graph: &ModelGraph,
+    limits: &Limits,
+) -> Result<Vec<(Vec<PatchedStage>, ModelGraph)>, OnnxError> {
+    let capacity = limits.capacity;
     let mut prefix: Vec<PatchedStage> = Vec::new();
     let mut base = decluttered.clone();
     let mut current: Option<ModelGraph> = None;
@@ -72,7 +105,7 @@ pub(crate) fn choose(
         if bound(now) <= capacity || now.ops.is_empty() {
             break;
         }
-        let (fitting, closest) = candidates(&base, now, &limits);
+        let (fitting, closest) = candidates(&base, now, limits);
         if !fitting.is_empty() {
             return Ok(fitting
                 .into_iter()
@@ -101,6 +134,28 @@ struct Limits {
     reuse: ReuseOptions,
     /// Multiply-adds of the model plus the extra allowed.
     most_macs: u64,
+    /// Candidates skipped for the budget, and the fewest extra
+    /// multiply-adds among them.
+    over_budget: std::cell::Cell<(usize, u64)>,
+}
+
+/// Stages skipped because they add more multiply-adds than allowed: how
+/// many, and the least extra among them, as a fraction of the model's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverBudget {
+    pub count: usize,
+    pub least_extra: f64,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stages through a reduction of the rows were skipped: the cheapest adds {:.1} % multiply-adds, more than --max-extra-macs allows ({} candidates)",
+            self.least_extra * 100.0,
+            self.count
+        )
+    }
 }
 
 /// The stages that fit on `decluttered` as it is (see [`choose`]), and
@@ -127,10 +182,14 @@ fn candidates(
     // skipped, not an error: the model still compiles unpatched, or with
     // another stage. The budget is checked before the costly recording.
     let within_budget = |stage: &PatchedStage| {
-        decluttered
-            .with_stages(std::slice::from_ref(stage))
-            .ok()
-            .filter(|d| d.multiply_adds() <= limits.most_macs)
+        let staged = decluttered.with_stages(std::slice::from_ref(stage)).ok()?;
+        let macs = staged.multiply_adds();
+        if macs <= limits.most_macs {
+            return Some(staged);
+        }
+        let (count, least) = limits.over_budget.get();
+        limits.over_budget.set((count + 1, least.min(macs)));
+        None
     };
     let record = |staged: Decluttered| {
         let patched = staged.graph(limits.reuse, &[]).ok()?;
