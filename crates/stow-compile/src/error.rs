@@ -73,14 +73,15 @@ pub enum CompileError {
         /// The step at which the most bytes are live.
         step: usize,
         /// Its operator.
-        op: String,
+        op: Box<str>,
         /// The stages run in bands, if any (`FROM:TO:ROWS`, comma
         /// separated).
-        stage: Option<String>,
+        stage: Option<Box<str>>,
         /// Without stages, why none reaches the peak from the graph input.
-        why_no_stage: Option<String>,
-        /// Stages skipped for the budget of extra multiply-adds.
-        over_budget: Option<String>,
+        why_no_stage: Option<Box<str>>,
+        /// Stages skipped for the budget of extra multiply-adds (boxed:
+        /// the error stays small).
+        over_budget: Option<Box<str>>,
     },
     /// One arena tensor alone is larger than
     /// [`CompileOptions::max_arena`](crate::CompileOptions::max_arena).

@@ -141,7 +141,7 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
         if !chosen.is_empty() {
             bound_without_stages = Some(crate::stages::bound(&graph));
         }
-        over_budget = skipped.map(|s| s.to_string());
+        over_budget = skipped.map(|s| s.to_string().into_boxed_str());
         for (stages, g) in chosen {
             let (stages, g) = crate::stages::in_step_order(&decluttered, stages, g, options.reuse)
                 .map_err(load_error)?;
@@ -176,15 +176,17 @@ pub fn compile(model: &Path, options: &CompileOptions) -> Result<Compiled, Compi
                 op: graph
                     .ops
                     .get(step)
-                    .map(|o| o.name.clone())
-                    .unwrap_or_default(),
+                    .map(|o| o.name.as_str())
+                    .unwrap_or_default()
+                    .into(),
                 stage: stage
                     .as_deref()
                     .unwrap_or(&options.stages)
                     .iter()
                     .map(|s| s.to_string())
-                    .reduce(|a, b| format!("{a}, {b}")),
-                why_no_stage,
+                    .reduce(|a, b| format!("{a}, {b}"))
+                    .map(String::into_boxed_str),
+                why_no_stage: why_no_stage.map(String::into_boxed_str),
                 over_budget,
             });
         }

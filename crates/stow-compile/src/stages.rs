@@ -35,6 +35,9 @@ const COARSER_ROWS: [usize; 3] = [2, 4, 8];
 /// turn until one is planned within the capacity.
 const MAX_FITTING: usize = 6;
 
+/// Stages, and the model recorded with them.
+pub(crate) type Candidate = (Vec<PatchedStage>, ModelGraph);
+
 /// The smallest lower bound of `graph` over the execution orders tried.
 pub(crate) fn bound(graph: &ModelGraph) -> u64 {
     graph
@@ -57,7 +60,7 @@ pub(crate) fn choose(
     capacity: u64,
     reuse: ReuseOptions,
     max_extra_macs: f64,
-) -> Result<(Vec<(Vec<PatchedStage>, ModelGraph)>, Option<OverBudget>), OnnxError> {
+) -> Result<(Vec<Candidate>, Option<OverBudget>), OnnxError> {
     let macs = graph.multiply_adds();
     let limits = Limits {
         capacity,
@@ -66,7 +69,7 @@ pub(crate) fn choose(
         over_budget: std::cell::Cell::new((0, u64::MAX)),
     };
     let mut chosen = choose_within(decluttered, graph, &limits)?;
-    let best = |c: &[(Vec<PatchedStage>, ModelGraph)]| c.first().map(|(_, g)| bound(g));
+    let best = |c: &[Candidate]| c.first().map(|(_, g)| bound(g));
     if best(&chosen).is_none_or(|b| b > capacity) && limits.most_macs > macs {
         // The closest stage through a reduction may be a worse start for
         // a chain of stages than one without: search again without them.
@@ -95,7 +98,7 @@ fn choose_within(
     decluttered: &Decluttered,
     graph: &ModelGraph,
     limits: &Limits,
-) -> Result<Vec<(Vec<PatchedStage>, ModelGraph)>, OnnxError> {
+) -> Result<Vec<Candidate>, OnnxError> {
     let capacity = limits.capacity;
     let mut prefix: Vec<PatchedStage> = Vec::new();
     let mut base = decluttered.clone();
