@@ -746,6 +746,34 @@ def qdq_cnn():
 
 
 
+def qdq_movement():
+    """A QDQ CNN whose values only move between equal parameters: an edge
+    padding, a max pool, a zero padding (onnxruntime.quantization gives
+    their outputs their inputs' scale and zero point); they run on the u8
+    tensors themselves (tests/quantized.rs)."""
+    rng = np.random.default_rng(41)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Pad", ["r1", "pads"], ["e1"], mode="edge"),
+        helper.make_node("MaxPool", ["e1"], ["m1"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("Conv", ["m1", "w2", "b2"], ["c2"]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Pad", ["r2", "pads"], ["z2"]),
+        helper.make_node("Conv", ["z2", "w3", "b3"], ["y"]),
+    ]
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 1, 1), w("b2", 8),
+             w("w3", 4, 8, 3, 3), w("b3", 4), pads]
+    graph = helper.make_graph(nodes, "qdq_movement",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 15, 15])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model, float_model = quantized_qdq(graph, {"x": [1, 3, 15, 15]}, 43)
+    feeds = {"x": rng.uniform(-1, 1, [1, 3, 15, 15]).astype(np.float32)}
+    return model, feeds, [], {}, {"float.onnx": float_model}
+
+
 def qdq_mlp():
     """A QDQ MLP (MatMul with per-column weights, bias Add, Relu)."""
     rng = np.random.default_rng(41)
@@ -867,7 +895,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
-         qdq_cnn, qdq_mlp, qdq_activations, layernorm_constant_rows,
+         qdq_cnn, qdq_mlp, qdq_activations, qdq_movement, layernorm_constant_rows,
          logsumexp_extreme_values, conv_packed_without_scratch]
 
 # Cases of the onnx package's node suite, with its expected outputs.

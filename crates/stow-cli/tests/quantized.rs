@@ -81,3 +81,22 @@ fn qdq_activations_become_lookup_tables_on_int8_tensors() {
     // Sigmoid, LeakyRelu and HardSwish.
     assert_eq!(tables, 3);
 }
+
+/// Values that only move between equal parameters (an edge padding, a
+/// max pool, a zero padding) move as u8: no activation is wider, and no
+/// DequantizeLinear is left.
+#[test]
+fn paddings_and_pools_between_equal_parameters_stay_int8() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = testdata("regress/qdq_movement");
+    let quantized = compile_and_inspect(&case.join("model.onnx"), &dir.path().join("q.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+    let ops: Vec<&str> = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter_map(|o| o["op_type"].as_str())
+        .collect();
+    assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
+    assert!(ops.contains(&"MaxPool") && ops.contains(&"Pad"), "{ops:?}");
+}

@@ -17,8 +17,9 @@
 //! integers (what onnxruntime does when it loads such a model): Conv →
 //! QLinearConv, MatMul → QLinearMatMul, Gemm → QGemm, Add/Mul →
 //! QLinearAdd/QLinearMul, GlobalAveragePool → QLinearGlobalAveragePool,
-//! and a reshaping operator between equal parameters runs on the
-//! quantized tensor itself. The f32 tensors between them disappear from
+//! and an operator that only moves values (a reshape, a slice, a
+//! concatenation, a max pool, an edge, reflecting or zero padding) between
+//! equal parameters runs on the quantized tensor itself. The f32 tensors between them disappear from
 //! the arena. Only exact matches are fused: per-tensor activations,
 //! weights and biases that are constants of the integer type each
 //! operator takes, a bias whose scale is the product of the input's and
@@ -502,6 +503,12 @@ fn fused(
     let (ys, yz) = (q.input[1].as_str(), q.input[2].as_str());
     let dq = |i: usize| index.dequantized(graph, input(op, i)?);
     let activation = |i: usize| dq(i).filter(|d| d.per_tensor());
+    // The output quantized with the input's own parameters.
+    let same = |x: &Dq<'_>| {
+        x.scale[0].to_bits() == y_scale[0].to_bits()
+            && x.zero[0] == y_zero[0]
+            && x.zero_type == y_type
+    };
     let name = node_key(op);
     let node = |op_type: &str, inputs: Vec<String>, domain: &str, attrs: Vec<AttributeProto>| {
         let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
@@ -615,20 +622,66 @@ fn fused(
                 vec![int("channels_last", 0)],
             )
         }
-        "Flatten" | "Reshape" | "Transpose" | "Squeeze" | "Unsqueeze" | "Identity" => {
+        "Flatten" | "Reshape" | "Transpose" | "Squeeze" | "Unsqueeze" | "Identity" | "Slice" => {
             // Moving values between equal parameters: the quantized
             // values move unchanged (quantizing a dequantized integer
             // with the same scale and zero point gives it back).
             let x = activation(0)?;
-            let same = x.scale[0].to_bits() == y_scale[0].to_bits()
-                && x.zero[0] == y_zero[0]
-                && x.zero_type == y_type;
-            if !same {
+            if !same(&x) {
                 return None;
             }
             let mut inputs: Vec<String> = op.input.clone();
             inputs[0] = x.x().into();
             node(&op.op_type, inputs, &op.domain, op.attribute.clone())
+        }
+        "MaxPool" if op.output.len() == 1 && y_scale[0] > 0.0 => {
+            // Dequantizing with a positive scale keeps the order, so the
+            // largest integer is the largest value.
+            let x = activation(0)?;
+            if !same(&x) {
+                return None;
+            }
+            node(
+                "MaxPool",
+                vec![x.x().into()],
+                &op.domain,
+                op.attribute.clone(),
+            )
+        }
+        "Concat" => {
+            let mut inputs = Vec::with_capacity(op.input.len());
+            for i in 0..op.input.len() {
+                let x = activation(i)?;
+                if !same(&x) {
+                    return None;
+                }
+                inputs.push(x.x().to_string());
+            }
+            node("Concat", inputs, &op.domain, op.attribute.clone())
+        }
+        "Pad" => {
+            // Edge and reflecting paddings copy values; a constant one
+            // pads zeros here (the zero point: the value 0 exactly).
+            let x = activation(0)?;
+            let constant = op
+                .attribute
+                .iter()
+                .find(|a| a.name == "mode")
+                .is_none_or(|a| a.s.as_slice() == b"constant");
+            let zero_value = match input(op, 2) {
+                None => true,
+                Some(v) => index
+                    .values::<f32>(v)
+                    .is_some_and(|(v, _)| v.len() == 1 && v[0] == 0.0),
+            };
+            if !same(&x) || (constant && !zero_value) || input(op, 3).is_some() {
+                return None;
+            }
+            let mut inputs = vec![x.x().to_string(), input(op, 1)?.to_string()];
+            if constant {
+                inputs.push(yz.into());
+            }
+            node("Pad", inputs, &op.domain, op.attribute.clone())
         }
         _ => None,
     }

@@ -1,0 +1,1 @@
+ByJ€QOfc^ 9z•fptEkŒ…|c~žigZAkG:gv{Kjs/fŠc9Hpdˆ–}|s_€…x„}ƒ}žµ›gu…¥±£‹¢Ô£•‹¢Ž™Ušui’gµ]eO>¦«o¬ŒaRs¢cb†ªxSWbŒ„‘Œgdzzƒ}„vx}jiIezv|Ž§¢|¦™u‘n¯§ÁÅÍ§ˆÁ¬cV”ÿë°‰„o\Žy€£§ªŽ’‡À½`† ¨¤–žq‚®‡gp}u˜•t‹¢y{ŒiX6ƒmO4yj_–IB[YœO{¯dbaA{’f“w„ž}Œvb~s„™e]S†‹d^n~µkˆov\m`k¤¡
