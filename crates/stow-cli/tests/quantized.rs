@@ -56,6 +56,17 @@ fn qdq_cnn_activations_are_int8_and_the_arena_a_quarter_of_fp32() {
         .collect();
     assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
     assert!(ops.contains(&"QLinearAdd") && ops.contains(&"QLinearGlobalAveragePool"));
+    // The residual addition writes its sum over the operand that dies
+    // there (both do; the kernel reads each chunk before writing it).
+    let tensors = quantized["tensors"].as_array().expect("tensors");
+    let add = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .find(|o| o["op_type"] == "QLinearAdd")
+        .expect("a QLinearAdd");
+    let sum = &tensors[add["outputs"][0].as_u64().unwrap() as usize];
+    assert_eq!(sum["alias_kind"], "in_place", "{sum}");
 }
 
 #[test]

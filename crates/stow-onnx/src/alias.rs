@@ -6,7 +6,8 @@
 //! - **View**: a reshape-like op (tract's `AxisOp` Add, Rm or Reshape)
 //!   produces the same bytes with a new shape. Its output joins its input's
 //!   buffer. Ops that move data (`AxisOp::Move`, transposes) are not views.
-//! - **In place**: an element-wise unary or binary op writes its output over
+//! - **In place**: an element-wise unary or binary op (float, or a
+//!   quantized `QLinearAdd`/`QLinearMul`) writes its output over
 //!   an input when the input's whole buffer is dead after this step (no
 //!   member of it is read later, or, with concurrent branches, every other
 //!   read of it is an ancestor of this step), the input has the output's
@@ -193,7 +194,11 @@ fn views_and_in_place(
                 .map(|&i| (i, Sharing::View))
                 .into_iter()
                 .collect()
-        } else if options.inplace && (node.op_is::<ElementWiseOp>() || node.op_is::<TypedBinOp>()) {
+        } else if options.inplace
+            && (node.op_is::<ElementWiseOp>()
+                || node.op_is::<TypedBinOp>()
+                || node.op_is::<crate::qops::QLinearBinary>())
+        {
             op.inputs.iter().map(|&i| (i, Sharing::InPlace)).collect()
         } else if options.depthwise_inplace && out.dtype == "f32" && depthwise(node) {
             op.inputs
