@@ -108,7 +108,8 @@ def mlp(rng):
 MODELS = {"cnn": cnn, "mlp": mlp}
 
 # Models of tools/export_models.py and how each is quantized.
-EXPORTED = {"mobilenet_v2": "qdq_per_channel", "resnet50": "qdq_per_channel", "bert_base": "dynamic"}
+EXPORTED = {"mobilenet_v2": "qdq_per_channel", "resnet50": "qdq_per_channel", "efficientnet_b0": "qdq_per_channel",
+            "bert_base": "dynamic"}
 EXPORTED_DIR = os.path.expanduser("~/.cache/stowage/models")
 
 
