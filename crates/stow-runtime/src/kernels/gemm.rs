@@ -606,8 +606,25 @@ pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
         return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, end) };
     }
     let _ = fma;
+    micro_kernel_portable(kc, (a, b), c, at, size, end);
+}
+
+/// The micro-kernel without FMA, kept out of line like the AVX2 one:
+/// inlined, its per-element address arithmetic spread into the loops of
+/// every product that calls it, which then carried dozens of spilled
+/// induction variables through each tile even on the AVX2 path (bert_base
+/// spent a third of its time there).
+#[inline(never)]
+fn micro_kernel_portable<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): (A, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
     let tile = tile_product::<false, A, B>(kc, a, b);
-    add_tile(c, &tile, at.0, at.1, size.0, size.1, end);
+    add_tile(c, &tile, i, j, rows, cols, end);
 }
 
 #[cfg(test)]
