@@ -365,7 +365,8 @@ pub fn exp_neg_abs(x: f32) -> f32 {
     let p = p * r + 8.333_452e-3;
     let p = p * r + 4.166_579_6e-2;
     let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 5.000_000_1e-1;
+    // Cephes gives 5.0000001201e-1, which is 0.5 in f32.
+    let p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // n is an integer in [−126, 0]: 2ⁿ is the float with exponent n.
     let power = t
