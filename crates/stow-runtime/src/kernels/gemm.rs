@@ -130,6 +130,22 @@ impl<L: Load<f32>> PackA for Strided<L> {
         for (panel, r0) in (0..mc).step_by(MR).enumerate() {
             let out = &dst[panel * kc * MR..(panel + 1) * kc * MR];
             let rows = MR.min(self.rows - (i0 + r0).min(self.rows));
+            if self.cs == 1 && rows == MR {
+                // Rows are contiguous and the panel full: one pass down
+                // the depth, writing each depth's MR values side by side
+                // (six passes of stores MR floats apart were PackA's 10 %
+                // of bert_base).
+                let src: [L; MR] = core::array::from_fn(|r| {
+                    self.data
+                        .sub(self.offset + (i0 + r0 + r) * self.rs + p0, kc)
+                });
+                for (p, o) in out.chunks_exact(MR).enumerate() {
+                    for (cell, row) in o.iter().zip(src) {
+                        cell.set(row.load(p));
+                    }
+                }
+                continue;
+            }
             if self.cs == 1 {
                 // Rows are contiguous: read each one in order.
                 for r in 0..MR {
@@ -606,8 +622,25 @@ pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
         return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, end) };
     }
     let _ = fma;
+    micro_kernel_portable(kc, (a, b), c, at, size, end);
+}
+
+/// The micro-kernel without FMA, kept out of line like the AVX2 one:
+/// inlined, its per-element address arithmetic spread into the loops of
+/// every product that calls it, which then carried dozens of spilled
+/// induction variables through each tile even on the AVX2 path (bert_base
+/// spent a third of its time there).
+#[inline(never)]
+fn micro_kernel_portable<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): (A, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
     let tile = tile_product::<false, A, B>(kc, a, b);
-    add_tile(c, &tile, at.0, at.1, size.0, size.1, end);
+    add_tile(c, &tile, i, j, rows, cols, end);
 }
 
 #[cfg(test)]

@@ -231,7 +231,7 @@ pub fn run_part(
             elementwise::unary::<f64>(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
         Kernel::Unary(f) => {
-            elementwise::unary::<f32>(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
+            elementwise::unary_f32(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
         Kernel::Binary(b, walk) => {
             let walk = super::layout::Share { walk, part, parts };
