@@ -342,19 +342,36 @@ trait Narrow: Copy {
     fn of(v: f32) -> Self;
 }
 
-// Through i32: the same value for every v in range and for NaN (0), and
-// the conversion to i32 vectorises where the one to a byte does not.
+/// `v as i32` for a `v` that is an integer within −128..=255 or NaN (0,
+/// as the saturating cast gives), without the saturating cast's scalar
+/// code per lane: NaN (and anything else out of that range, which the
+/// formula never gives) becomes 0 first, and the plain conversion of the
+/// rest vectorises.
+#[inline(always)]
+fn small_int(v: f32) -> i32 {
+    let v = if (-128.0..=255.0).contains(&v) {
+        v
+    } else {
+        0.0
+    };
+    // SAFETY: `v` is finite and within i32's range.
+    #[allow(unsafe_code)]
+    unsafe {
+        v.to_int_unchecked::<i32>()
+    }
+}
+
 impl Narrow for u8 {
     #[inline(always)]
     fn of(v: f32) -> u8 {
-        v as i32 as u8
+        small_int(v) as u8
     }
 }
 
 impl Narrow for i8 {
     #[inline(always)]
     fn of(v: f32) -> i8 {
-        v as i32 as i8
+        small_int(v) as i8
     }
 }
 

@@ -257,6 +257,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
     /// with counters instead of divisions, and for a panel whose sixteen
     /// windows are all inside the image, one load per byte at a fixed
     /// offset from each lane's window.
+    #[inline(always)]
     fn pack_flat(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         let win = &self.s.window;
         let [_, ih, iw] = win.input;
@@ -351,6 +352,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
     /// run is one load of sixteen bytes, the lanes outside the image then
     /// masked; otherwise one load per lane. The four depths of a quad are
     /// interleaved a whole panel at a time ([`put_quads`]).
+    #[inline(always)]
     fn pack_full(&self, origin: &[(isize, isize); NR], panel: &[Cell<u32>], sums: &mut [i32; NR]) {
         let win = &self.s.window;
         let [_, ih, iw] = win.input;
@@ -435,6 +437,7 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
         self.s.n()
     }
 
+    #[inline(always)]
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         if self.flat {
             return self.pack_flat(j0, panel);
@@ -808,6 +811,7 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         self.plan.lanes.len()
     }
 
+    #[inline(always)]
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         if let Some(w) = self.weight {
             return self.widen_lanes(w, j0, panel);
@@ -908,6 +912,7 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> ProductOps<'_, L, R, LANES_A
     /// kernels cannot read them in place (a short last panel, a depth
     /// not in whole quads, a weight not aligned for quads): each element
     /// from its packed position, lanes past the product zero.
+    #[inline(always)]
     fn widen_lanes(&self, w: &Panels, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         let lanes = NR.min(self.lanes() - j0);
         let (flip, _) = self.flips();

@@ -271,7 +271,7 @@ impl<L: Load<u8>> RowQuads for Direct<L> {
 /// is taken again for every block of panels, so it runs sixteen bytes at
 /// a time (sixteen i32 partial sums, which the compiler vectorises): an
 /// i8 byte `v` counts as `(v ^ 0x80) − 128`, exact modulo 2³².
-#[inline]
+#[inline(always)]
 fn row_sum<L: Load<u8>>(row: L, k: usize, unsigned: bool) -> i32 {
     const W: usize = 16;
     let row = row.sub(0, k);
@@ -306,6 +306,34 @@ pub struct Done<'t> {
     pub lane_sums: &'t [i32; NR],
     /// Each row's sum.
     pub row_sums: &'t [i32; MR],
+}
+
+/// [`Operands::pack_lanes`] compiled for the vector width of `isa`
+/// (the packers are inlined into a function compiled for each): their
+/// loops over sixteen lanes, which the baseline (SSE2) compiles byte by
+/// byte. The same operations, so the same results.
+#[inline(always)]
+fn pack_lanes<O: Operands>(isa: Isa, ops: &O, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F, BW and VNNI (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::pack_lanes_avx512(ops, j0, panel)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::pack_lanes_avx2(ops, j0, panel)
+            }
+        }
+        _ => ops.pack_lanes(j0, panel),
+    }
 }
 
 /// Computes the panels `panels` (lanes `NR·p..`) of the product of `ops`
@@ -351,7 +379,7 @@ pub fn product<O: Operands>(
                 None if used < nb => {
                     slot[count] = used;
                     used += 1;
-                    ops.pack_lanes(j0, scratch_panel(slot[count]))
+                    pack_lanes(isa, ops, j0, scratch_panel(slot[count]))
                 }
                 None => break,
             };
@@ -546,8 +574,9 @@ fn tile_portable<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{PanelQuads, RowQuads, Tile, MR, NR};
+    use super::{Operands, PanelQuads, RowQuads, Tile, MR, NR};
     use core::arch::x86_64::*;
+    use core::cell::Cell;
 
     /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
     /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
@@ -584,6 +613,28 @@ mod x86 {
             };
         }
         out
+    }
+
+    /// [`Operands::pack_lanes`] compiled for AVX-512 F and BW, which the
+    /// caller guarantees.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn pack_lanes_avx512<O: Operands>(
+        ops: &O,
+        j0: usize,
+        panel: &[Cell<u32>],
+    ) -> [i32; NR] {
+        ops.pack_lanes(j0, panel)
+    }
+
+    /// [`Operands::pack_lanes`] compiled for AVX2, which the caller
+    /// guarantees.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn pack_lanes_avx2<O: Operands>(
+        ops: &O,
+        j0: usize,
+        panel: &[Cell<u32>],
+    ) -> [i32; NR] {
+        ops.pack_lanes(j0, panel)
     }
 
     /// [`super::tiles_of`] with `vpdpbusd`: [`tile_vnni`] of two panels
