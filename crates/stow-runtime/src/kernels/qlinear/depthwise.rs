@@ -345,10 +345,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 let line = xb + iy as usize * g.iw + start as usize;
                 let src = self.x.sub(line, (hi - lo - 1) * sx + 1);
                 if sx == 1 {
-                    // Contiguous: a loop the compiler vectorises.
-                    for (c, cell) in dst[lo..hi].iter_mut().enumerate() {
-                        *cell = i16::from(src.load(c) ^ flip) - a0;
-                    }
+                    widen_run(src, &mut dst[lo..hi], flip, a0);
                 } else {
                     for (i, cell) in dst[lo..hi].iter_mut().enumerate() {
                         *cell = i16::from(src.load(i * sx) ^ flip) - a0;
@@ -385,9 +382,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         let (flip, a0) = (g.flips.0, g.a0);
         let src = self.x.sub(from, g.iw);
         if g.sx == 1 {
-            for (cell, c) in line[..g.iw].iter_mut().zip(0..g.iw) {
-                *cell = i16::from(src.load(c) ^ flip) - a0;
-            }
+            widen_run(src, &mut line[..g.iw], flip, a0);
             return;
         }
         for phase in 0..g.sx {
@@ -396,6 +391,18 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 *cell = i16::from(src.load(c) ^ flip) - a0;
             }
         }
+    }
+}
+
+/// `dst[c] = (src[c] ^ flip) − a0` over equal lengths, with both slices
+/// cut to one length first so that the loop has no bounds check and
+/// vectorises.
+#[inline(always)]
+fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
+    let n = dst.len().min(src.count());
+    let (src, dst) = (src.sub(0, n), &mut dst[..n]);
+    for (c, d) in dst.iter_mut().enumerate() {
+        *d = i16::from(src.load(c) ^ flip) - a0;
     }
 }
 
