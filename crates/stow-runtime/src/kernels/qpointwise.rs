@@ -342,23 +342,45 @@ trait Narrow: Copy {
     fn of(v: f32) -> Self;
 }
 
+/// `v as i32` for a `v` that is an integer within −128..=255 or NaN (0,
+/// as the saturating cast gives), without the saturating cast's scalar
+/// code per lane: NaN (and anything else out of that range, which the
+/// formula never gives) becomes 0 first, and the plain conversion of the
+/// rest vectorises.
+#[inline(always)]
+fn small_int(v: f32) -> i32 {
+    let v = if (-128.0..=255.0).contains(&v) {
+        v
+    } else {
+        0.0
+    };
+    // SAFETY: `v` is finite and within i32's range.
+    #[allow(unsafe_code)]
+    unsafe {
+        v.to_int_unchecked::<i32>()
+    }
+}
+
 impl Narrow for u8 {
     #[inline(always)]
     fn of(v: f32) -> u8 {
-        v as u8
+        small_int(v) as u8
     }
 }
 
 impl Narrow for i8 {
     #[inline(always)]
     fn of(v: f32) -> i8 {
-        v as i8
+        small_int(v) as i8
     }
 }
 
-/// [`QBinary::run`]'s loop over typed operands, compiled for the best
-/// vector width the CPU has: the same operations per element in the same
-/// order (Rust never fuses a multiply and an add), so the same bytes.
+/// [`QBinary::run`]'s loop over typed operands, each row compiled for
+/// the best vector width the CPU has: the same operations per element in
+/// the same order (Rust never fuses a multiply and an add), so the same
+/// bytes. The walk over rows stays outside the compiled-for-a-width
+/// function: its loop is a function of its own that the vector body would
+/// otherwise be inlined into, compiled for the baseline (SSE2).
 #[inline(always)]
 fn typed_rows<XA, XB, Y>(
     isa: super::qlinear::igemm::Isa,
@@ -373,14 +395,15 @@ fn typed_rows<XA, XB, Y>(
     Y: Narrow,
 {
     use super::qlinear::igemm::Isa;
-    match isa {
+    let (len, strides) = walk.inner();
+    walk.rows([0; 3], |at| match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Vnni => {
             // SAFETY: `Isa::Vnni` is only chosen where the CPU has
             // AVX-512 F and BW (`Isa::detect`).
             #[allow(unsafe_code)]
             unsafe {
-                x86::rows_avx512(walk, a, b, y, f)
+                x86::row_avx512(at, len, strides, a, b, y, f)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -388,41 +411,46 @@ fn typed_rows<XA, XB, Y>(
             // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
             #[allow(unsafe_code)]
             unsafe {
-                x86::rows_avx2(walk, a, b, y, f)
+                x86::row_avx2(at, len, strides, a, b, y, f)
             }
         }
-        _ => rows(walk, a, b, y, f),
-    }
+        _ => row(at, len, strides, a, b, y, f),
+    });
 }
 
-/// The loop of [`typed_rows`]: contiguous rows in chunks read before they
-/// are written ([`pairs`]: the output may be an input, planned in
-/// place), which lets them vectorise.
+/// One row of [`typed_rows`]: `len` elements from offsets `o`, `ia`,
+/// `ib` with strides `so`, `sa`, `sb`; contiguous rows in chunks read
+/// before they are written ([`pairs`]: the output may be an input,
+/// planned in place), which lets them vectorise.
 #[inline(always)]
-fn rows<XA, XB, Y>(walk: &Walk<3>, a: impl Load<XA>, b: impl Load<XB>, y: &[Cell<Y>], f: &Formula)
-where
+fn row<XA, XB, Y>(
+    [o, ia, ib]: [usize; 3],
+    len: usize,
+    [so, sa, sb]: [usize; 3],
+    a: impl Load<XA>,
+    b: impl Load<XB>,
+    y: &[Cell<Y>],
+    f: &Formula,
+) where
     XA: Copy + Into<f32>,
     XB: Copy + Into<f32>,
     Y: Narrow,
 {
-    let (len, [so, sa, sb]) = walk.inner();
-    walk.rows([0; 3], |[o, ia, ib]| {
-        if so == 1 && sa == 1 && sb == 1 {
-            let (a, b, y) = (a.sub(ia, len), b.sub(ib, len), &y[o..o + len]);
-            pairs(y, a, b, |xa: XA, xb: XB| Y::of(f.one(xa.into(), xb.into())));
-        } else if so == 1 && sa == 1 && sb == 0 {
-            // b broadcast along the row (a per-channel or scalar operand).
-            let xb = b.load(ib).into();
-            map_row(&y[o..o + len], a.sub(ia, len), |xa: XA| {
-                Y::of(f.one(xa.into(), xb))
-            });
-        } else {
-            for k in 0..len {
-                let (xa, xb) = (a.load(ia + k * sa).into(), b.load(ib + k * sb).into());
-                y[o + k * so].set(Y::of(f.one(xa, xb)));
-            }
+    if so == 1 && sa == 1 && sb == 1 {
+        let (a, b, y) = (a.sub(ia, len), b.sub(ib, len), &y[o..o + len]);
+        pairs(y, a, b, |xa: XA, xb: XB| Y::of(f.one(xa.into(), xb.into())));
+    } else if so == 1 && sa == 1 && sb == 0 {
+        // b broadcast along the row (a per-channel or scalar operand).
+        let xb = b.load(ib).into();
+        map_row(&y[o..o + len], a.sub(ia, len), |xa: XA| {
+            Y::of(f.one(xa.into(), xb))
+        });
+    } else {
+        for k in 0..len {
+            let (xa, xb) = (a.load(ia + k * sa).into(), b.load(ib + k * sb).into());
+            y[o + k * so].set(Y::of(f.one(xa, xb)));
         }
-    });
+    }
 }
 
 /// `y[j] = f(a[j], b[j])` over one row, as `cells::zip_row` but for operands of
@@ -439,9 +467,12 @@ fn pairs<XA: Copy, XB: Copy, Y: Copy>(
     let mut j = 0;
     while j + LANES <= n {
         let (o, x, w) = (&y[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
-        let x: [XA; LANES] = core::array::from_fn(|i| x.load(i));
-        let w: [XB; LANES] = core::array::from_fn(|i| w.load(i));
-        let r: [Y; LANES] = core::array::from_fn(|i| f(x[i], w[i]));
+        // Plain loops, not `array::from_fn`, whose closures are not
+        // always inlined into the vector body.
+        let mut r = [f(x.load(0), w.load(0)); LANES];
+        for (i, v) in r.iter_mut().enumerate().skip(1) {
+            *v = f(x.load(i), w.load(i));
+        }
         for (c, v) in o.iter().zip(r) {
             c.set(v);
         }
@@ -454,16 +485,17 @@ fn pairs<XA: Copy, XB: Copy, Y: Copy>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{rows, Formula, Narrow};
+    use super::{row, Formula, Narrow};
     use crate::kernels::cells::Load;
-    use crate::kernels::layout::Walk;
     use core::cell::Cell;
 
-    /// [`rows`] compiled for AVX-512; the caller guarantees AVX-512 F and
+    /// [`row`] compiled for AVX-512; the caller guarantees AVX-512 F and
     /// BW.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn rows_avx512<XA, XB, Y>(
-        walk: &Walk<3>,
+    pub(super) fn row_avx512<XA, XB, Y>(
+        at: [usize; 3],
+        len: usize,
+        strides: [usize; 3],
         a: impl Load<XA>,
         b: impl Load<XB>,
         y: &[Cell<Y>],
@@ -473,13 +505,15 @@ mod x86 {
         XB: Copy + Into<f32>,
         Y: Narrow,
     {
-        rows(walk, a, b, y, f);
+        row(at, len, strides, a, b, y, f);
     }
 
-    /// [`rows`] compiled for AVX2; the caller guarantees AVX2.
+    /// [`row`] compiled for AVX2; the caller guarantees AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) fn rows_avx2<XA, XB, Y>(
-        walk: &Walk<3>,
+    pub(super) fn row_avx2<XA, XB, Y>(
+        at: [usize; 3],
+        len: usize,
+        strides: [usize; 3],
         a: impl Load<XA>,
         b: impl Load<XB>,
         y: &[Cell<Y>],
@@ -489,7 +523,7 @@ mod x86 {
         XB: Copy + Into<f32>,
         Y: Narrow,
     {
-        rows(walk, a, b, y, f);
+        row(at, len, strides, a, b, y, f);
     }
 }
 

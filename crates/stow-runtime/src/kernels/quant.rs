@@ -2,7 +2,7 @@
 //! DequantizeLinear (per tensor or along one axis) and
 //! DynamicQuantizeLinear.
 
-use super::cells::Src;
+use super::cells::Load;
 use super::float::Float;
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
@@ -11,13 +11,29 @@ use half::f16;
 use stow_bundle::DType;
 
 /// The scale and zero point that map the tensor's range, widened to hold
-/// 0, onto 0..=255.
-fn range_u8(src: Src<'_, f32>) -> (f32, u8) {
-    let (mut lo, mut hi) = (0f32, 0f32);
-    for i in 0..src.len() {
-        let e = src.at(i);
-        lo = lo.min(e);
-        hi = hi.max(e);
+/// 0, onto 0..=255. The extremes are taken in sixteen partial ones (which
+/// vectorise): the same values in any order, NaN being skipped by `min`
+/// and `max` and a zero's sign not reaching the scale or zero point.
+#[inline(always)]
+fn range_u8(src: impl Load<f32>) -> (f32, u8) {
+    const W: usize = 16;
+    let n = src.count();
+    let (mut lo, mut hi) = ([0f32; W], [0f32; W]);
+    let whole = n - n % W;
+    for c in (0..whole).step_by(W) {
+        let chunk = src.sub(c, W);
+        for j in 0..W {
+            lo[j] = lo[j].min(chunk.load(j));
+            hi[j] = hi[j].max(chunk.load(j));
+        }
+    }
+    let (mut lo, mut hi) = (
+        lo.iter().fold(0f32, |a, &b| a.min(b)),
+        hi.iter().fold(0f32, |a, &b| a.max(b)),
+    );
+    for i in whole..n {
+        lo = lo.min(src.load(i));
+        hi = hi.max(src.load(i));
     }
     let scale = (hi - lo) / 255.0;
     // An all-zero tensor has scale 0: its zero point and values are 0
@@ -63,10 +79,15 @@ pub(super) fn dynamic_u8(
     outs: &[Operand<'_>],
 ) -> Result<(), Failure> {
     let src = v.src::<f32>(x)?;
-    let (scale, zero) = range_u8(src);
-    for (i, c) in v.dst::<u8>(&outs[0])?.iter().enumerate() {
-        c.set(quantize_u8(src.at(i), scale, zero));
-    }
+    let dst = v.dst::<u8>(&outs[0])?;
+    let (scale, zero) = crate::with_load!(src, |src| widest(|| {
+        let src = src.sub(0, dst.len());
+        let (scale, zero) = range_u8(src);
+        for (i, c) in dst.iter().enumerate() {
+            c.set(quantize_u8(src.load(i), scale, zero));
+        }
+        (scale, zero)
+    }));
     v.dst::<f32>(&outs[1])?[0].set(scale);
     v.dst::<u8>(&outs[2])?[0].set(zero);
     Ok(())
@@ -131,6 +152,19 @@ fn quantize_typed<T: Quantized>(
 ) -> Result<(), Failure> {
     let (scale, zero) = (v.src::<f32>(&ins[1])?, v.src::<T>(&ins[2])?);
     let dst = v.dst::<T>(out)?;
+    if at.n == 1 && ins[0].dtype == DType::F32 {
+        // One scale for the tensor (a model's input image): a plain loop
+        // over slices, compiled for the widest vectors the CPU has.
+        let (s, z) = (scale.at(0), zero.at(0));
+        let x = v.src::<f32>(&ins[0])?;
+        crate::with_load!(x, |x| widest(|| {
+            let x = x.sub(0, dst.len());
+            for (i, c) in dst.iter().enumerate() {
+                c.set(quantize_one(x.load(i), s, z));
+            }
+        }));
+        return Ok(());
+    }
     let put = |i: usize, x: f32| {
         let p = at.at(i);
         dst[i].set(quantize_one(x, scale.at(p), zero.at(p)));
@@ -178,11 +212,66 @@ fn dequantize_typed<T: Quantized>(
         v.src::<f32>(&ins[1])?,
         v.src::<T>(&ins[2])?,
     );
-    for (i, c) in v.dst::<f32>(out)?.iter().enumerate() {
+    let dst = v.dst::<f32>(out)?;
+    if at.n == 1 {
+        // As in `quantize_typed`: one scale, a loop over slices.
+        let (s, z) = (scale.at(0), zero.at(0).to_f32());
+        crate::with_load!(x, |x| widest(|| {
+            let x = x.sub(0, dst.len());
+            for (i, c) in dst.iter().enumerate() {
+                c.set((x.load(i).to_f32() - z) * s);
+            }
+        }));
+        return Ok(());
+    }
+    for (i, c) in dst.iter().enumerate() {
         let p = at.at(i);
         c.set((x.at(i).to_f32() - zero.at(p).to_f32()) * scale.at(p));
     }
     Ok(())
+}
+
+/// Runs `f` compiled for AVX-512 or AVX2 where the CPU has them (it is
+/// inlined into a function compiled for each), else as it is: the same
+/// operations, never fused, so the same results.
+#[inline(always)]
+fn widest<R>(f: impl FnOnce() -> R) -> R {
+    use super::qlinear::igemm::Isa;
+    match Isa::detect() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F and BW (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::avx512(f)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::avx2(f)
+            }
+        }
+        _ => f(),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    /// `f` compiled for AVX-512 F and BW, which the caller guarantees.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn avx512<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// `f` compiled for AVX2, which the caller guarantees.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn avx2<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
 }
 
 /// ONNX DequantizeLinear: inputs x, scale, zero point; f32 out.
@@ -293,11 +382,37 @@ mod tests {
             (&[0., 0., 0.], 0.0, 0, &[0, 0, 0]),
         ];
         for (x, scale, zero, want) in cases {
-            let (s, z) = range_u8(Src::Weight(x));
+            let (s, z) = range_u8(x);
             assert!((s - scale).abs() < 1e-8, "{s} != {scale}");
             assert_eq!(z, zero);
             let got: Vec<u8> = x.iter().map(|&e| quantize_u8(e, s, z)).collect();
             assert_eq!(got, want);
+        }
+    }
+
+    /// The range taken sixteen lanes at a time is the sequential one, at
+    /// every length around the chunk, with NaN and both zeros about.
+    #[test]
+    fn the_range_in_chunks_is_the_sequential_range() {
+        let mut seed = 0x9e37_79b9_u32;
+        for n in [0usize, 1, 15, 16, 17, 33, 100, 1000] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    match i % 29 {
+                        7 => f32::NAN,
+                        11 => -0.0,
+                        _ => (seed >> 8) as f32 / 65_536.0 - 128.0,
+                    }
+                })
+                .collect();
+            let (lo, hi) = x
+                .iter()
+                .fold((0f32, 0f32), |(lo, hi), &e| (lo.min(e), hi.max(e)));
+            let scale = (hi - lo) / 255.0;
+            let zero = Float::round_ties_even(-lo / scale).clamp(0.0, 255.0) as u8;
+            let (s, z) = range_u8(x.as_slice());
+            assert_eq!((s.to_bits(), z), (scale.to_bits(), zero), "{n}");
         }
     }
 

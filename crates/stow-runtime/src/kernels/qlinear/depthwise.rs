@@ -31,6 +31,8 @@ const TAPS: usize = 64;
 const LINES: usize = 4096;
 /// Widened input lines kept at most (a 3×3 window's rows).
 const RING: usize = 3;
+/// i32 sums of one whole plane ([`Whole`]), on the stack.
+const PLANE_SUMS: usize = 4096;
 
 /// What every plane of one convolution shares.
 struct Geometry {
@@ -57,6 +59,42 @@ struct Geometry {
     flips: (u8, u8),
     /// a's zero point on the u8 side (a byte: `x − a0` fits i16).
     a0: i16,
+    px: isize,
+    dx: usize,
+    /// How a whole plane is computed at once, where it is small enough.
+    whole: Option<Whole>,
+}
+
+/// A plane computed whole rather than by rows (its rows are short, where
+/// a vector loop over one output row spends itself on its ends): the
+/// padded input widened once into `sy·sx` phase planes of `pr × pc`
+/// (padded row `sy·r + i`, column `sx·c + j` in phase `(i, j)`, zero
+/// outside the image), so that each tap adds one contiguous run of
+/// `(oh − 1)·pc + ow` sums, the output's rows `pc` apart (the columns
+/// between them are sums nobody reads).
+#[derive(Clone, Copy)]
+struct Whole {
+    pr: usize,
+    pc: usize,
+}
+
+impl Whole {
+    /// The layout of a plane of `g`, if its widened phases fit the line
+    /// buffer ([`LINES`]) and its sums [`PLANE_SUMS`].
+    fn of(g: &Geometry) -> Option<Whole> {
+        let reach_y = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1;
+        let reach_x = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1;
+        let (pr, pc) = (reach_y.div_ceil(g.sy), reach_x.div_ceil(g.sx));
+        let w = Whole { pr, pc };
+        let fits = g.sy * g.sx * pr * pc <= LINES && w.run(g) <= PLANE_SUMS;
+        // Rows as long as a vector loop likes gain nothing.
+        (fits && g.ow < 64).then_some(w)
+    }
+
+    /// Sums of one tap's run.
+    fn run(&self, g: &Geometry) -> usize {
+        (g.oh - 1) * self.pc + g.ow
+    }
 }
 
 impl QConv {
@@ -134,6 +172,17 @@ impl QConv {
             groups: s.groups,
             flips: dom.flips(),
             a0: a0.into(),
+            px,
+            dx,
+            whole: None,
+        };
+        let g = Geometry {
+            whole: if oh > 0 && ow > 0 && g.sy > 0 {
+                Whole::of(&g)
+            } else {
+                None
+            },
+            ..g
         };
         let planes = s.batch * s.groups;
         let per = planes.div_ceil(parts.max(1));
@@ -194,7 +243,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         let g = self.g;
         let (q, dom, flips) = (self.q, self.dom, g.flips);
         let (kh, kw, ow) = (g.kh, g.kw, g.ow);
-        let mut sums = [0i32; ROW];
+        let mut sums = [0i32; PLANE_SUMS];
         let mut ring = [0i16; LINES];
         let size = g.len * g.sx;
         for plane in mine {
@@ -211,6 +260,12 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                     0
                 }
             });
+            if let Some(whole) = g.whole {
+                self.whole(&whole, xb, &taps, &mut ring, &mut sums);
+                let n = g.oh * ow;
+                epilogue::row(self.isa, &sums[..n], None, &requant, self.out, ob);
+                continue;
+            }
             // The input line each ring slot holds (none yet).
             let mut held = [usize::MAX; RING];
             for oy in 0..g.oh {
@@ -245,6 +300,81 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         }
     }
 
+    /// The sums of the plane whose input starts at `xb`, its output rows
+    /// left `ow` apart at the start of `sums` ([`Whole`]); `phases` holds
+    /// the widened input.
+    #[inline(always)]
+    fn whole(
+        &self,
+        w: &Whole,
+        xb: usize,
+        taps: &[i32; TAPS],
+        phases: &mut [i16; LINES],
+        sums: &mut [i32; PLANE_SUMS],
+    ) {
+        let g = self.g;
+        let (flip, a0) = (g.flips.0, g.a0);
+        let (sy, sx, pr, pc) = (g.sy, g.sx, w.pr, w.pc);
+        let phase_len = pr * pc;
+        for r in 0..pr * sy {
+            let iy = r as isize - g.py;
+            let inside = iy >= 0 && (iy as usize) < g.ih;
+            for j in 0..sx {
+                let at = ((r % sy) * sx + j) * phase_len + r / sy * pc;
+                let dst = &mut phases[at..at + pc];
+                // Columns c with 0 ≤ c·sx + j − px < iw.
+                let first = g.px - j as isize;
+                let lo = if first > 0 {
+                    (first as usize).div_ceil(sx).min(pc)
+                } else {
+                    0
+                };
+                let end = g.iw as isize + g.px - j as isize; // c·sx < end
+                let hi = if end > 0 {
+                    (end as usize).div_ceil(sx).clamp(lo, pc)
+                } else {
+                    lo
+                };
+                if !inside || lo == hi {
+                    dst.fill(0);
+                    continue;
+                }
+                dst[..lo].fill(0);
+                dst[hi..].fill(0);
+                let start = (lo * sx + j) as isize - g.px;
+                let line = xb + iy as usize * g.iw + start as usize;
+                let src = self.x.sub(line, (hi - lo - 1) * sx + 1);
+                if sx == 1 {
+                    widen_run(src, &mut dst[lo..hi], flip, a0);
+                } else {
+                    for (i, cell) in dst[lo..hi].iter_mut().enumerate() {
+                        *cell = i16::from(src.load(i * sx) ^ flip) - a0;
+                    }
+                }
+            }
+        }
+        let run = w.run(g);
+        let acc = &mut sums[..run];
+        acc.fill(0);
+        for ty in 0..g.kh {
+            let (oy, iy) = (ty * g.dy / sy, ty * g.dy % sy);
+            for tx in 0..g.kw {
+                let (ox, ix) = (tx * g.dx / sx, tx * g.dx % sx);
+                let wv = taps[ty * g.kw + tx];
+                let at = (iy * sx + ix) * phase_len + oy * pc + ox;
+                let xs = &phases[at..at + run];
+                for (a, &v) in acc.iter_mut().zip(xs) {
+                    *a = a.wrapping_add(i32::from(v).wrapping_mul(wv));
+                }
+            }
+        }
+        // The output's rows, `pc` apart, moved together (left: no row is
+        // overwritten before it moves).
+        for oy in 1..g.oh {
+            sums.copy_within(oy * pc..oy * pc + g.ow, oy * g.ow);
+        }
+    }
+
     /// Input line `from..from + iw` as `x − a0`, split by column phase.
     #[inline(always)]
     fn widen(&self, from: usize, line: &mut [i16]) {
@@ -252,9 +382,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         let (flip, a0) = (g.flips.0, g.a0);
         let src = self.x.sub(from, g.iw);
         if g.sx == 1 {
-            for (cell, c) in line[..g.iw].iter_mut().zip(0..g.iw) {
-                *cell = i16::from(src.load(c) ^ flip) - a0;
-            }
+            widen_run(src, &mut line[..g.iw], flip, a0);
             return;
         }
         for phase in 0..g.sx {
@@ -263,6 +391,18 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 *cell = i16::from(src.load(c) ^ flip) - a0;
             }
         }
+    }
+}
+
+/// `dst[c] = (src[c] ^ flip) − a0` over equal lengths, with both slices
+/// cut to one length first so that the loop has no bounds check and
+/// vectorises.
+#[inline(always)]
+fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
+    let n = dst.len().min(src.count());
+    let (src, dst) = (src.sub(0, n), &mut dst[..n]);
+    for (c, d) in dst.iter_mut().enumerate() {
+        *d = i16::from(src.load(c) ^ flip) - a0;
     }
 }
 

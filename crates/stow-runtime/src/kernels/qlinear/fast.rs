@@ -168,6 +168,72 @@ fn share(panels: usize, part: usize, parts: usize) -> Range<usize> {
     (part * per).min(panels)..((part + 1) * per).min(panels)
 }
 
+/// Writes quad `q` of a full panel (`out`, its [`NR`] quads) from the
+/// bytes of its four depths (`bytes[t][l]`: depth `4q + t` of lane `l`,
+/// as the kernel reads them; zero past the depth) and adds them to the
+/// lanes' sums, read as u8 (`unsigned`) or i8. Whole rows of lanes at
+/// once, which the compiler vectorises.
+#[inline(always)]
+fn put_quads(bytes: &[[u8; NR]; 4], unsigned: bool, sums: &mut [i32; NR], out: &[Cell<u32>]) {
+    let out = &out[..NR];
+    for l in 0..NR {
+        let quad = [bytes[0][l], bytes[1][l], bytes[2][l], bytes[3][l]];
+        out[l].set(u32::from_le_bytes(quad));
+        let sum = quad.iter().fold(0i32, |s, &v| s + side(v, unsigned));
+        sums[l] = sums[l].wrapping_add(sum);
+    }
+}
+
+/// The [`NR`] bytes of `line` (exactly that long), copied as they are: a
+/// loop the compiler turns into one vector load, where loading and
+/// changing each byte in one go loads them one by one.
+#[inline(always)]
+fn copy16<L: Load<u8>>(line: L) -> [u8; NR] {
+    let mut bytes = [0u8; NR];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = line.load(i);
+    }
+    bytes
+}
+
+/// Lanes of a full panel that read consecutive bytes of a line: lanes
+/// `lo..hi` read `base + l` (relative to the tap's offset), so that each
+/// run is one load of [`NR`] bytes, masked.
+#[derive(Clone, Copy, Default)]
+struct Run {
+    lo: usize,
+    hi: usize,
+    base: isize,
+}
+
+/// Runs of a panel whose lanes start at `at` (their offsets from the
+/// tap's, negative in the padding), at most [`MAX_RUNS`]; `None` when
+/// there are more.
+fn runs_of(at: &[isize; NR]) -> Option<([Run; MAX_RUNS], usize)> {
+    let mut runs = [Run::default(); MAX_RUNS];
+    let mut n = 0;
+    for l in 0..NR {
+        if l > 0 && at[l] == at[l - 1] + 1 {
+            runs[n - 1].hi = l + 1;
+            continue;
+        }
+        if n == MAX_RUNS {
+            return None;
+        }
+        runs[n] = Run {
+            lo: l,
+            hi: l + 1,
+            base: at[l] - l as isize,
+        };
+        n += 1;
+    }
+    Some((runs, n))
+}
+
+/// Runs a panel of a stride-1 convolution may be cut into and still be
+/// loaded by runs (output rows of 4 columns or more).
+const MAX_RUNS: usize = 4;
+
 /// One image and group of a convolution: rows are its output channels
 /// (kernel b, i8 side), lanes its output positions (image a, u8 side,
 /// gathered as im2col would).
@@ -191,6 +257,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
     /// with counters instead of divisions, and for a panel whose sixteen
     /// windows are all inside the image, one load per byte at a fixed
     /// offset from each lane's window.
+    #[inline(always)]
     fn pack_flat(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         let win = &self.s.window;
         let [_, ih, iw] = win.input;
@@ -222,6 +289,10 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         });
         let flip = self.dom.a_flip;
         let mut sums = [0i32; NR];
+        if lanes == NR {
+            self.pack_full(&origin, panel, &mut sums);
+            return sums;
+        }
         let mut quad = [0u32; NR];
         let (mut ic, mut ty, mut tx) = (0, 0, 0);
         for (q, out) in panel.chunks_exact(NR).enumerate() {
@@ -270,6 +341,87 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
     }
 }
 
+impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
+    /// [`ConvOps::pack_flat`] of a full panel, lane `l`'s window at row
+    /// `origin[l].0` and column `origin[l].1` of the plane (negative in
+    /// the padding). For each depth (input channel, tap row, tap column)
+    /// lane `l` reads the byte at a fixed offset from `pos[l] = y·iw + x`
+    /// if that tap lands inside the image, else the padding byte. Where
+    /// consecutive lanes have consecutive `pos` (stride 1: a panel across
+    /// output rows whose pads make up the kernel's reach is one run) each
+    /// run is one load of sixteen bytes, the lanes outside the image then
+    /// masked; otherwise one load per lane. The four depths of a quad are
+    /// interleaved a whole panel at a time ([`put_quads`]).
+    #[inline(always)]
+    fn pack_full(&self, origin: &[(isize, isize); NR], panel: &[Cell<u32>], sums: &mut [i32; NR]) {
+        let win = &self.s.window;
+        let [_, ih, iw] = win.input;
+        let [_, kh, kw] = win.kernel;
+        let (dy, dx) = (win.dilations[1], win.dilations[2]);
+        let plane = win.input_plane();
+        let k = self.s.k();
+        let (flip, pad) = (self.dom.a_flip, self.pad);
+        let mut pos = [0isize; NR];
+        for (p, &(y, x)) in pos.iter_mut().zip(origin) {
+            *p = y * iw as isize + x;
+        }
+        let runs = runs_of(&pos);
+        let count = self.x.count() as isize;
+        let (mut ic, mut ty, mut tx) = (0, 0, 0);
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            let mut bytes = [[0u8; NR]; 4];
+            for row in bytes.iter_mut().take(4.min(k - 4 * q)) {
+                let (yy, xx) = ((ty * dy) as isize, (tx * dx) as isize);
+                // Negative coordinates wrap to huge ones: one test each.
+                let mut inside = [false; NR];
+                for (v, &(y, x)) in inside.iter_mut().zip(origin) {
+                    *v = ((y + yy) as usize) < ih && ((x + xx) as usize) < iw;
+                }
+                let off = (self.x_base + ic * plane) as isize + yy * iw as isize + xx;
+                let mut loaded = [0u8; NR];
+                let mut by_lane = true;
+                if let Some((runs, n)) = &runs {
+                    let fits = |r: &Run| {
+                        let start = off + r.base;
+                        start >= 0 && start + NR as isize <= count
+                    };
+                    if runs[..*n].iter().all(fits) {
+                        by_lane = false;
+                        for r in &runs[..*n] {
+                            let line = copy16(self.x.sub((off + r.base) as usize, NR));
+                            for (l, v) in loaded.iter_mut().enumerate() {
+                                if (r.lo..r.hi).contains(&l) {
+                                    *v = line[l];
+                                }
+                            }
+                        }
+                    }
+                }
+                if by_lane {
+                    for l in 0..NR {
+                        if inside[l] {
+                            loaded[l] = self.x.load((off + pos[l]) as usize);
+                        }
+                    }
+                }
+                for l in 0..NR {
+                    row[l] = if inside[l] { loaded[l] ^ flip } else { pad };
+                }
+                tx += 1;
+                if tx == kw {
+                    tx = 0;
+                    ty += 1;
+                    if ty == kh {
+                        ty = 0;
+                        ic += 1;
+                    }
+                }
+            }
+            put_quads(&bytes, true, sums, out);
+        }
+    }
+}
+
 impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
     const LANES_UNSIGNED: bool = true;
 
@@ -285,6 +437,7 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
         self.s.n()
     }
 
+    #[inline(always)]
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         if self.flat {
             return self.pack_flat(j0, panel);
@@ -658,6 +811,7 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         self.plan.lanes.len()
     }
 
+    #[inline(always)]
     fn pack_lanes(&self, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         if let Some(w) = self.weight {
             return self.widen_lanes(w, j0, panel);
@@ -670,6 +824,22 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         let stride = self.plan.k_strides[Self::L];
         let k = self.plan.k;
         let mut sums = [0i32; NR];
+        if lanes == NR && (1..NR).all(|l| at[l] == at[0] + l) {
+            // Sixteen consecutive bytes per depth (the rows of a 1×1
+            // convolution's image): one load each, interleaved a panel at
+            // a time.
+            for (q, out) in panel.chunks_exact(NR).enumerate() {
+                let mut bytes = [[0u8; NR]; 4];
+                for (t, row) in bytes.iter_mut().enumerate().take(4.min(k - 4 * q)) {
+                    *row = copy16(self.l.sub(at[0] + (4 * q + t) * stride, NR));
+                    for v in row.iter_mut() {
+                        *v ^= flip;
+                    }
+                }
+                put_quads(&bytes, LANES_A, &mut sums, out);
+            }
+            return sums;
+        }
         let mut quad = [0u32; NR];
         for (q, out) in panel.chunks_exact(NR).enumerate() {
             for t in 0..4.min(k - 4 * q) {
@@ -742,6 +912,7 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> ProductOps<'_, L, R, LANES_A
     /// kernels cannot read them in place (a short last panel, a depth
     /// not in whole quads, a weight not aligned for quads): each element
     /// from its packed position, lanes past the product zero.
+    #[inline(always)]
     fn widen_lanes(&self, w: &Panels, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
         let lanes = NR.min(self.lanes() - j0);
         let (flip, _) = self.flips();

@@ -54,6 +54,10 @@ pub const MR: usize = 4;
 /// Panels packed per block: each row quad read is used this many times.
 pub const NB: usize = 8;
 
+/// Rows whose sums [`product`] keeps between blocks of panels when they
+/// are read in place (8 KiB of stack).
+const KEPT_ROWS: usize = 2048;
+
 /// An `MR × NR` tile of i32 sums.
 pub type Tile = [[i32; NR]; MR];
 
@@ -263,14 +267,29 @@ impl<L: Load<u8>> RowQuads for Direct<L> {
     }
 }
 
-/// The sum of a row read in place, each byte as the kernel reads it.
-#[inline]
+/// The sum of a row read in place, each byte as the kernel reads it. It
+/// is taken again for every block of panels, so it runs sixteen bytes at
+/// a time (sixteen i32 partial sums, which the compiler vectorises): an
+/// i8 byte `v` counts as `(v ^ 0x80) − 128`, exact modulo 2³².
+#[inline(always)]
 fn row_sum<L: Load<u8>>(row: L, k: usize, unsigned: bool) -> i32 {
+    const W: usize = 16;
     let row = row.sub(0, k);
+    let flip = if unsigned { 0 } else { 0x80 };
+    let mut part = [0i32; W];
+    let whole = k - k % W;
+    for c in (0..whole).step_by(W) {
+        let chunk = row.sub(c, W);
+        for (p, i) in part.iter_mut().zip(0..W) {
+            *p = p.wrapping_add(i32::from(chunk.load(i) ^ flip));
+        }
+    }
+    let tail = (whole..k).fold(0i32, |s, i| s.wrapping_add(i32::from(row.load(i) ^ flip)));
+    let sum = part.iter().fold(tail, |s, &p| s.wrapping_add(p));
     if unsigned {
-        (0..k).fold(0i32, |s, i| s.wrapping_add(row.load(i).into()))
+        sum
     } else {
-        (0..k).fold(0i32, |s, i| s.wrapping_add((row.load(i) as i8).into()))
+        sum.wrapping_sub(128i32.wrapping_mul(k as i32))
     }
 }
 
@@ -287,6 +306,34 @@ pub struct Done<'t> {
     pub lane_sums: &'t [i32; NR],
     /// Each row's sum.
     pub row_sums: &'t [i32; MR],
+}
+
+/// [`Operands::pack_lanes`] compiled for the vector width of `isa`
+/// (the packers are inlined into a function compiled for each): their
+/// loops over sixteen lanes, which the baseline (SSE2) compiles byte by
+/// byte. The same operations, so the same results.
+#[inline(always)]
+fn pack_lanes<O: Operands>(isa: Isa, ops: &O, j0: usize, panel: &[Cell<u32>]) -> [i32; NR] {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F, BW and VNNI (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::pack_lanes_avx512(ops, j0, panel)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            // SAFETY: `Isa::Avx2` is only chosen where the CPU has AVX2.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::pack_lanes_avx2(ops, j0, panel)
+            }
+        }
+        _ => ops.pack_lanes(j0, panel),
+    }
 }
 
 /// Computes the panels `panels` (lanes `NR·p..`) of the product of `ops`
@@ -316,8 +363,13 @@ pub fn product<O: Operands>(
     // in place take none, so a block holds up to NB of them whatever the
     // scratch.
     let mut slot = [0usize; NB];
+    // The sums of rows read in place, taken in the first block and kept
+    // for the others (where the rows are few enough for the stack).
+    let mut kept = [0i32; KEPT_ROWS];
+    let keep = ops.rows() <= KEPT_ROWS;
     let mut p = panels.start;
     while p < panels.end {
+        let first_block = p == panels.start;
         let (mut count, mut used) = (0, 0);
         while count < NB && p + count < panels.end {
             let j0 = (p + count) * NR;
@@ -327,7 +379,7 @@ pub fn product<O: Operands>(
                 None if used < nb => {
                     slot[count] = used;
                     used += 1;
-                    ops.pack_lanes(j0, scratch_panel(slot[count]))
+                    pack_lanes(isa, ops, j0, scratch_panel(slot[count]))
                 }
                 None => break,
             };
@@ -337,24 +389,58 @@ pub fn product<O: Operands>(
         for i0 in (0..ops.rows()).step_by(MR) {
             let direct = ops.direct_rows(i0).map(Direct);
             let row_sums = match &direct {
-                Some(d) => d.0.map(|r| row_sum(r, k, !O::LANES_UNSIGNED)),
+                Some(_) if keep && !first_block => core::array::from_fn(|r| kept[i0 + r]),
+                Some(d) => {
+                    let sums = d.0.map(|r| row_sum(r, k, !O::LANES_UNSIGNED));
+                    if keep {
+                        kept[i0..i0 + MR].copy_from_slice(&sums);
+                    }
+                    sums
+                }
                 None => ops.pack_rows(i0, row_buf),
             };
-            for (b, lane_sums) in sums.iter().enumerate().take(count) {
-                let lu = O::LANES_UNSIGNED;
-                let raw = match (&direct, mapped[b]) {
-                    (Some(d), Some(m)) => tile_of(isa, lu, m, d, nq),
-                    (Some(d), None) => tile_of(isa, lu, scratch_panel(slot[b]), d, nq),
-                    (None, Some(m)) => tile_of(isa, lu, m, &Packed(row_buf), nq),
-                    (None, None) => tile_of(isa, lu, scratch_panel(slot[b]), &Packed(row_buf), nq),
+            let lu = O::LANES_UNSIGNED;
+            let mut b = 0;
+            while b < count {
+                // Two panels at a time where both are read alike: each row
+                // quad loaded once for both, and twice the sums in flight.
+                let pair = b + 1 < count && mapped[b].is_some() == mapped[b + 1].is_some();
+                let raws: [Tile; 2] = if pair {
+                    match (&direct, mapped[b], mapped[b + 1]) {
+                        (Some(d), Some(m0), Some(m1)) => tiles_of(isa, lu, [m0, m1], d, nq),
+                        (None, Some(m0), Some(m1)) => {
+                            tiles_of(isa, lu, [m0, m1], &Packed(row_buf), nq)
+                        }
+                        (Some(d), _, _) => {
+                            let pair = [scratch_panel(slot[b]), scratch_panel(slot[b + 1])];
+                            tiles_of(isa, lu, pair, d, nq)
+                        }
+                        (None, _, _) => {
+                            let pair = [scratch_panel(slot[b]), scratch_panel(slot[b + 1])];
+                            tiles_of(isa, lu, pair, &Packed(row_buf), nq)
+                        }
+                    }
+                } else {
+                    let one = match (&direct, mapped[b]) {
+                        (Some(d), Some(m)) => tile_of(isa, lu, m, d, nq),
+                        (Some(d), None) => tile_of(isa, lu, scratch_panel(slot[b]), d, nq),
+                        (None, Some(m)) => tile_of(isa, lu, m, &Packed(row_buf), nq),
+                        (None, None) => {
+                            tile_of(isa, lu, scratch_panel(slot[b]), &Packed(row_buf), nq)
+                        }
+                    };
+                    [one, [[0; NR]; MR]]
                 };
-                emit(Done {
-                    i0,
-                    j0: (p + b) * NR,
-                    raw: &raw,
-                    lane_sums,
-                    row_sums: &row_sums,
-                });
+                for (t, raw) in raws.iter().enumerate().take(if pair { 2 } else { 1 }) {
+                    emit(Done {
+                        i0,
+                        j0: (p + b + t) * NR,
+                        raw,
+                        lane_sums: &sums[b + t],
+                        row_sums: &row_sums,
+                    });
+                }
+                b += if pair { 2 } else { 1 };
             }
         }
         p += count;
@@ -418,6 +504,41 @@ fn tile_of<P: PanelQuads, R: RowQuads>(
     }
 }
 
+/// [`tile_of`] of two panels against the same rows. With VNNI, one pass
+/// over the rows' quads with eight sums in flight (each `vpdpbusd` waits
+/// for the one before it on its sum: four are too few to hide that);
+/// otherwise two tiles.
+#[inline]
+fn tiles_of<P: PanelQuads, R: RowQuads>(
+    isa: Isa,
+    lanes_unsigned: bool,
+    panels: [P; 2],
+    rows: &R,
+    nq: usize,
+) -> [Tile; 2] {
+    let panels = panels.map(|p| p.first(nq * NR));
+    match (isa, lanes_unsigned) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Vnni, true) => {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+            // AVX-512 F, BW and VNNI (`Isa::detect`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tiles_vnni::<true, P, R>(panels, rows, nq)
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Vnni, false) => {
+            // SAFETY: as above.
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::tiles_vnni::<false, P, R>(panels, rows, nq)
+            }
+        }
+        _ => panels.map(|p| tile_of(isa, lanes_unsigned, p, rows, nq)),
+    }
+}
+
 /// The sum of four products of `x` (a panel's quad) and `w` (a row's).
 #[inline(always)]
 fn dot4<const LANES_UNSIGNED: bool>(x: [u8; 4], w: [u8; 4]) -> i32 {
@@ -453,8 +574,9 @@ fn tile_portable<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{PanelQuads, RowQuads, Tile, MR, NR};
+    use super::{Operands, PanelQuads, RowQuads, Tile, MR, NR};
     use core::arch::x86_64::*;
+    use core::cell::Cell;
 
     /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
     /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
@@ -489,6 +611,72 @@ mod x86 {
             unsafe {
                 _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
             };
+        }
+        out
+    }
+
+    /// [`Operands::pack_lanes`] compiled for AVX-512 F and BW, which the
+    /// caller guarantees.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn pack_lanes_avx512<O: Operands>(
+        ops: &O,
+        j0: usize,
+        panel: &[Cell<u32>],
+    ) -> [i32; NR] {
+        ops.pack_lanes(j0, panel)
+    }
+
+    /// [`Operands::pack_lanes`] compiled for AVX2, which the caller
+    /// guarantees.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn pack_lanes_avx2<O: Operands>(
+        ops: &O,
+        j0: usize,
+        panel: &[Cell<u32>],
+    ) -> [i32; NR] {
+        ops.pack_lanes(j0, panel)
+    }
+
+    /// [`super::tiles_of`] with `vpdpbusd`: [`tile_vnni`] of two panels
+    /// in one pass. The caller guarantees AVX-512 F, BW and VNNI, and that
+    /// `rows` holds `nq` quads and each panel `nq·NR`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
+        panels: [P; 2],
+        rows: &R,
+        nq: usize,
+    ) -> [Tile; 2] {
+        let mut acc = [[_mm512_setzero_si512(); MR]; 2];
+        for q in 0..nq {
+            // SAFETY: as in `tile_vnni`, for each panel.
+            #[allow(unsafe_code)]
+            let x = unsafe {
+                [
+                    _mm512_loadu_si512(panels[0].at(q * NR, NR).cast()),
+                    _mm512_loadu_si512(panels[1].at(q * NR, NR).cast()),
+                ]
+            };
+            for r in 0..MR {
+                let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
+                for (a, x) in acc.iter_mut().zip(x) {
+                    a[r] = if LANES_UNSIGNED {
+                        _mm512_dpbusd_epi32(a[r], x, w)
+                    } else {
+                        _mm512_dpbusd_epi32(a[r], w, x)
+                    };
+                }
+            }
+        }
+        let mut out = [[[0i32; NR]; MR]; 2];
+        for (o, a) in out.iter_mut().zip(acc) {
+            for (o, a) in o.iter_mut().zip(a) {
+                // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store
+                // writes.
+                #[allow(unsafe_code)]
+                unsafe {
+                    _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
+                };
+            }
         }
         out
     }
