@@ -27,6 +27,21 @@ fn run_outputs(bundle: &str, threads: &str, dir: &std::path::Path, name: &str) -
         .collect()
 }
 
+/// `stow verify` passes on the patched bundle `b` of model `m`, and its
+/// outputs at 1 and 2 threads match the whole bundle's.
+fn verifies_and_runs_like(m: &str, b: &str, whole: &std::path::Path, dir: &std::path::Path) {
+    let o = stow(&["verify", m, b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = run_outputs(whole.to_str().unwrap(), "1", dir, "whole");
+    for threads in ["1", "2"] {
+        let got = run_outputs(b, threads, dir, &format!("fitted{threads}"));
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
+}
+
 #[test]
 fn capacity_chooses_a_stage_that_fits_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,16 +160,7 @@ fn two_stages_around_a_gate_fit_where_one_cannot() {
     );
     let json = compile_and_inspect(&model, &fitted, &["--capacity", &capacity.to_string()]);
     assert!(json["arena_bytes"].as_u64().unwrap() <= capacity);
-    let o = stow(&["verify", m, b]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let want = run_outputs(whole.to_str().unwrap(), "1", dir.path(), "whole");
-    for threads in ["1", "2"] {
-        let got = run_outputs(b, threads, dir.path(), &format!("fitted{threads}"));
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
-        }
-    }
+    verifies_and_runs_like(m, b, &whole, dir.path());
 }
 
 /// With a budget of extra multiply-adds that allows it, one stage runs
@@ -187,16 +193,7 @@ fn a_stage_runs_through_a_gate_within_the_budget() {
     assert!(extra > 0.0 && extra <= 100.0, "{text}");
     let json = compile_and_inspect(&model, &fitted, &budget);
     assert!(json["arena_bytes"].as_u64().unwrap() <= capacity.parse().unwrap());
-    let o = stow(&["verify", m, b]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let want = run_outputs(whole.to_str().unwrap(), "1", dir.path(), "whole");
-    for threads in ["1", "2"] {
-        let got = run_outputs(b, threads, dir.path(), &format!("fitted{threads}"));
-        assert_eq!(got.len(), want.len());
-        for (g, w) in got.iter().zip(&want) {
-            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
-        }
-    }
+    verifies_and_runs_like(m, b, &whole, dir.path());
     // Too small a capacity for any stage within no budget at all: the
     // error says that stages through the gate were skipped, and why.
     let tight = (whole_json["arena_bytes"].as_u64().unwrap() / 5).to_string();

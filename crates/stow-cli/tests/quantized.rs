@@ -29,6 +29,16 @@ fn wide_activations(json: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// The operator types of a compiled bundle's steps, in order.
+fn op_types(json: &serde_json::Value) -> Vec<&str> {
+    json["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter_map(|o| o["op_type"].as_str())
+        .collect()
+}
+
 fn arena(json: &serde_json::Value) -> u64 {
     json["arena_bytes"].as_u64().expect("arena_bytes")
 }
@@ -48,12 +58,7 @@ fn qdq_cnn_activations_are_int8_and_the_arena_a_quarter_of_fp32() {
     // The convolutions, the Add, the pool and the dense layer run as
     // quantized operators, not in f32 between DequantizeLinear and
     // QuantizeLinear.
-    let ops: Vec<&str> = quantized["ops"]
-        .as_array()
-        .expect("ops")
-        .iter()
-        .filter_map(|o| o["op_type"].as_str())
-        .collect();
+    let ops = op_types(&quantized);
     assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
     assert!(ops.contains(&"QLinearAdd") && ops.contains(&"QLinearGlobalAveragePool"));
     // The residual addition writes its sum over the operand that dies
@@ -102,12 +107,7 @@ fn paddings_and_pools_between_equal_parameters_stay_int8() {
     let case = testdata("regress/qdq_movement");
     let quantized = compile_and_inspect(&case.join("model.onnx"), &dir.path().join("q.stow"), &[]);
     assert_eq!(wide_activations(&quantized), Vec::<String>::new());
-    let ops: Vec<&str> = quantized["ops"]
-        .as_array()
-        .expect("ops")
-        .iter()
-        .filter_map(|o| o["op_type"].as_str())
-        .collect();
+    let ops = op_types(&quantized);
     assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
     assert!(ops.contains(&"MaxPool") && ops.contains(&"Pad"), "{ops:?}");
 }

@@ -452,6 +452,14 @@ fn combining(reducer: ops::nn::Reducer) -> Option<ops::binary::TypedBinOp> {
     }
 }
 
+/// Why a reduction of the rows by `reducer` cannot run over bands.
+fn uncombined(node: &TypedNode, reducer: ops::nn::Reducer) -> String {
+    format!(
+        "`{}` is a reduction ({reducer:?}) over the rows that does not combine over bands",
+        node.name
+    )
+}
+
 /// A tensor read from outside the stage that an operator may broadcast
 /// over every band: one row (or fewer than two axes).
 fn broadcast_over_rows(model: &TypedModel, node: &TypedNode, outlet: OutletId) -> bool {
@@ -633,10 +641,7 @@ fn survey(model: &TypedModel, from: OutletId, to: OutletId) -> Result<Survey, St
     for &r in &survey.reductions {
         let node = model.node(r);
         if let Some(reducer) = row_reduction(model, node).filter(|r| combining(*r).is_none()) {
-            return Err(format!(
-                "`{}` is a reduction ({reducer:?}) over the rows that does not combine over bands",
-                node.name
-            ));
+            return Err(uncombined(node, reducer));
         }
         stage_nodes(model, from, node.inputs[0], &none, true)?;
     }
@@ -897,12 +902,7 @@ fn reduce_in_bands(
     let tract = |e: TractError| OnnxError::tract(ErrorStage::Analysis, e);
     let node = model.node(reduction).clone();
     let reducer = row_reduction(model, &node).ok_or_else(|| refuse("no reduction".into()))?;
-    let combine = combining(reducer).ok_or_else(|| {
-        refuse(format!(
-            "`{}` is a reduction ({reducer:?}) over the rows that does not combine over bands",
-            node.name
-        ))
-    })?;
+    let combine = combining(reducer).ok_or_else(|| refuse(uncombined(&node, reducer)))?;
     let input = node.inputs[0];
     let first_new = model.nodes().len();
     let survey = stage_nodes(model, from, input, excluded, true).map_err(refuse)?;
