@@ -795,6 +795,38 @@ def qdq_mlp():
 
 
 
+def dynamic_mlp():
+    """An MLP quantized dynamically by onnxruntime.quantization
+    (DynamicQuantizeLinear, MatMulInteger, the i32 sums cast to f32 and
+    scaled): each cast of the sums runs in place, so the quantized arena
+    is no larger than the float one."""
+    import tempfile
+
+    from onnxruntime import quantization as q
+    rng = np.random.default_rng(67)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["y"]),
+    ]
+    inits = [w("w1", 32, 48), w("b1", 48), w("w2", 48, 16), w("b2", 16)]
+    graph = helper.make_graph(nodes, "dynamic_mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 16])], inits)
+    float_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    float_model.ir_version = IR_VERSION
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
+        onnx.save(float_model, src)
+        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8)
+        model = onnx.load(dst)
+    feeds = {"x": rng.uniform(-1, 1, [8, 32]).astype(np.float32)}
+    return model, feeds, []
+
+
 def layernorm_constant_rows():
     """LayerNormalization of rows whose values are all equal normalises
     them to exactly zero (onnxruntime, onnx.reference). Found by
@@ -867,6 +899,33 @@ def qdq_activations():
     return model, feeds, []
 
 
+def qdq_swish():
+    """A QDQ CNN with Swish (x·sigmoid(x), efficientnet's activation) after
+    each convolution: onnxruntime.quantization writes the sigmoid between a
+    DequantizeLinear and a QuantizeLinear and the product as a QDQ Mul of x
+    and the sigmoid. The sigmoid becomes a table, then the product of x and
+    that table one table of x, so sigmoid(x) never exists whole."""
+    rng = np.random.default_rng(59)
+    w = lambda name, *shape: numpy_helper.from_array(rng.normal(0, 0.3, shape).astype(np.float32), name)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Mul", ["c1", "s1"], ["m1"]),
+        helper.make_node("Conv", ["m1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=6),
+        helper.make_node("Sigmoid", ["c2"], ["s2"]),
+        helper.make_node("Mul", ["s2", "c2"], ["m2"]),
+        helper.make_node("Conv", ["m2", "w3", "b3"], ["y"]),
+    ]
+    inits = [w("w1", 6, 3, 3, 3), w("b1", 6), w("w2", 6, 1, 3, 3), w("b2", 6),
+             w("w3", 4, 6, 1, 1), w("b3", 4)]
+    graph = helper.make_graph(nodes, "qdq_swish",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])], inits)
+    model, _ = quantized_qdq(graph, {"x": [1, 3, 12, 12]}, 61)
+    feeds = {"x": rng.uniform(-1, 1, [1, 3, 12, 12]).astype(np.float32)}
+    return model, feeds, []
+
+
 def conv_packed_without_scratch():
     """A lone Conv whose arena has no room for kernel scratch: its weight
     is packed with the shallowest depth block and the step plans no
@@ -895,7 +954,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          resize_align_corners_fractional_scale, nhwc_convs_with_channel_adds,
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
-         qdq_cnn, qdq_mlp, qdq_activations, qdq_movement, layernorm_constant_rows,
+         qdq_cnn, qdq_mlp, dynamic_mlp, qdq_activations, qdq_movement, qdq_swish, layernorm_constant_rows,
          logsumexp_extreme_values, conv_packed_without_scratch]
 
 # Cases of the onnx package's node suite, with its expected outputs.

@@ -29,8 +29,12 @@ seeded random images; bert_base dynamically (i8 weights). The quantized
 models stay in --work for tools/bench_runtime.py.
 
 The Python environment needs numpy, onnx and onnxruntime. Exits 1 when
-any model runs and differs by more than one step (or 1e-2 of the output's
-scale where no step is known); refusals do not fail it.
+any model runs and differs by more than one step, or, where no step is
+known, by more than 1e-2 of the output's scale while also being further
+from the float model than onnxruntime's int8 run is (by more than a
+tenth: after many dynamically quantized layers two right implementations
+drift apart, onnxruntime's own with and without its graph optimizations
+among them); refusals do not fail it.
 """
 import argparse
 import json
@@ -268,6 +272,7 @@ def check(args, name, variant, work, exported=None):
         return row
     steps = output_steps(onnx.load(qpath))
     worst_steps, worst_rel, wrong = 0.0, 0.0, False
+    noisy = []
     for out in names:
         a, b = ours.get(out), ref[out]
         if a is None or a.shape != b.shape:
@@ -280,11 +285,48 @@ def check(args, name, variant, work, exported=None):
             s = diff / steps[out]
             worst_steps = max(worst_steps, s)
             wrong |= s > 1.0 + 1e-3
-        else:
-            wrong |= diff / scale > 1e-2
+        elif diff / scale > 1e-2:
+            noisy.append(out)
+    if noisy and not wrong:
+        # A float output after many dynamically quantized layers: one
+        # rounding that differs early moves every later scale, so the
+        # outputs of two right implementations drift apart (onnxruntime's
+        # own, with and without its graph optimizations, do). Such an
+        # output is judged against the float model instead: no further
+        # from it than onnxruntime's int8 run is, within a tenth.
+        judged = against_float(ours, ref, fpath, qpath, feeds, noisy)
+        row["note"] = judged["note"]
+        wrong = not judged["ok"]
     row.update(status="wrong" if wrong else "ok", rel_error=worst_rel,
                steps=worst_steps if steps else None)
     return row
+
+
+def against_float(ours, ref, fpath, qpath, feeds, outputs):
+    """Whether `ours` is as close to the float model's outputs as
+    onnxruntime's int8 run (`ref`) is, on `outputs`; the note says how
+    close each is and how far onnxruntime's int8 run moves with its graph
+    optimizations turned off."""
+    import onnxruntime as ort
+    float_out = dict(zip([o.name for o in ort.InferenceSession(fpath).get_outputs()],
+                         ort.InferenceSession(fpath).run(None, feeds)))
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unoptimized = ort.InferenceSession(qpath, plain, providers=["CPUExecutionProvider"])
+    unopt = dict(zip([o.name for o in unoptimized.get_outputs()], unoptimized.run(None, feeds)))
+    ok, notes = True, []
+    for out in outputs:
+        if out not in float_out:
+            return {"ok": False, "note": f"output {out}: no float output to judge it by"}
+        f = float_out[out].astype(np.float64)
+        scale = float(np.abs(f).max()) or 1.0
+        err = lambda x: float(np.abs(x.astype(np.float64) - f).max()) / scale
+        e_ours, e_ort = err(ours[out]), err(ref[out])
+        self_diff = float(np.abs(ref[out].astype(np.float64) - unopt[out]).max()) / scale
+        ok &= e_ours <= 1.1 * e_ort
+        notes.append(f"{out}: from the float model {e_ours:.2e} (onnxruntime int8 {e_ort:.2e}; "
+                     f"onnxruntime optimized against unoptimized {self_diff:.2e})")
+    return {"ok": ok, "note": "; ".join(notes)}
 
 
 def table(rows):
@@ -294,7 +336,7 @@ def table(rows):
         rel = f"{r['rel_error']:.2e}" if "rel_error" in r else ""
         steps = f"{r['steps']:.2f}" if r.get("steps") is not None else ""
         arena = f"{r.get('arena') or ''} ({r.get('float_arena') or '?'})" if r.get("arena") else ""
-        note = r.get("error", "")
+        note = r.get("error", r.get("note", ""))
         print(f"| {r['model']} | {r['variant']} | {r['status']} | {rel} | {steps} | {arena} | {note} |")
 
 

@@ -98,6 +98,63 @@ fn qdq_activations_become_lookup_tables_on_int8_tensors() {
     assert_eq!(tables, 3);
 }
 
+/// Swish in a QDQ model (a sigmoid table, then the QDQ product of x and
+/// the sigmoid) becomes one table of x: neither the sigmoid's tensor nor
+/// a QLinearMul is left, and the table runs in place.
+#[test]
+fn swish_becomes_one_table_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/qdq_swish/model.onnx");
+    let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
+    assert_eq!(wide_activations(&quantized), Vec::<String>::new());
+    let ops = op_types(&quantized);
+    assert_eq!(
+        ops.iter().filter(|&&o| o == "QLookup").count(),
+        2,
+        "{ops:?}"
+    );
+    assert!(!ops.contains(&"QLinearMul"), "{ops:?}");
+    let in_place: Vec<&str> = quantized["tensors"]
+        .as_array()
+        .expect("tensors")
+        .iter()
+        .filter(|t| t["alias_kind"] == "in_place")
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(
+        in_place,
+        ["m1_QuantizeLinear_Output", "m2_QuantizeLinear_Output"]
+    );
+}
+
+/// A dynamically quantized product's i32 sums are cast to f32 in place
+/// (one element size), so the sums and the cast never take twice the
+/// bytes; the outputs are judged against onnxruntime by the regress case.
+#[test]
+fn casts_of_the_integer_sums_run_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/dynamic_mlp/model.onnx");
+    let quantized = compile_and_inspect(&model, &dir.path().join("q.stow"), &[]);
+    let tensors = quantized["tensors"].as_array().expect("tensors");
+    let casts: Vec<&serde_json::Value> = quantized["ops"]
+        .as_array()
+        .expect("ops")
+        .iter()
+        .filter(|o| o["op_type"] == "Cast")
+        .collect();
+    assert_eq!(casts.len(), 2, "{quantized:#}");
+    for cast in casts {
+        let of = |k: &str| &tensors[cast[k][0].as_u64().expect("tensor id") as usize];
+        let (sums, out) = (of("inputs"), of("outputs"));
+        assert_eq!(
+            (sums["dtype"].as_str(), out["dtype"].as_str()),
+            (Some("i32"), Some("f32"))
+        );
+        assert_eq!(out["alias_kind"], "in_place", "{out}");
+        assert_eq!(out["offset"], sums["offset"]);
+    }
+}
+
 /// Values that only move between equal parameters (an edge padding, a
 /// max pool, a zero padding) move as u8: no activation is wider, and no
 /// DequantizeLinear is left.

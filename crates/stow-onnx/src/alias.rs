@@ -34,6 +34,7 @@ use stow_runtime::kernels::IN_PLACE_ATTR;
 use tract_onnx::prelude::{DatumType, TypedNode};
 use tract_onnx::tract_core::ops::array::TypedConcat;
 use tract_onnx::tract_core::ops::binary::TypedBinOp;
+use tract_onnx::tract_core::ops::cast::Cast;
 use tract_onnx::tract_core::ops::change_axes::AxisOp;
 use tract_onnx::tract_core::ops::cnn::{Conv, KernelFormat};
 use tract_onnx::tract_core::ops::element_wise::ElementWiseOp;
@@ -200,6 +201,14 @@ fn views_and_in_place(
                 || node.op_is::<crate::qops::QLinearBinary>())
         {
             op.inputs.iter().map(|&i| (i, Sharing::InPlace)).collect()
+        } else if options.inplace
+            && (node.op_is::<crate::lookup::QLookup>() || node.op_is::<Cast>())
+        {
+            op.inputs
+                .first()
+                .map(|&i| (i, Sharing::InPlace))
+                .into_iter()
+                .collect()
         } else if options.depthwise_inplace && out.dtype == "f32" && depthwise(node) {
             op.inputs
                 .first()
@@ -215,7 +224,10 @@ fn views_and_in_place(
                 Sharing::Depthwise => out.bytes <= inp.bytes,
                 _ => inp.bytes == out.bytes,
             };
-            if inp.role == TensorRole::Weight || !fits || inp.dtype != out.dtype {
+            // A cast converts element by element, each read before it is
+            // written: between types of one size it may run in place.
+            let retyped = inp.dtype != out.dtype && !node.op_is::<Cast>();
+            if inp.role == TensorRole::Weight || !fits || retyped {
                 continue;
             }
             let r = root[input];

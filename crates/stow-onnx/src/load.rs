@@ -74,6 +74,7 @@ pub fn load_decluttered(path: &Path, options: &LoadOptions) -> Result<Decluttere
         crate::reverse::backward_slices_as_gathers(&mut model)?;
         crate::guards::lift(&mut model)?;
         crate::lookup::lookup_tables(&mut model)?;
+        crate::lookup::compose_tables(&mut model)?;
         // Last: each pass above may change which operators hold f16.
         crate::widen::widen_f16(&mut model)?;
         crate::graph::name_outputs(&mut model, &output_names)?;

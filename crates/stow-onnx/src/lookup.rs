@@ -229,6 +229,137 @@ pub(crate) fn lookup_tables(model: &mut TypedModel) -> Result<bool, OnnxError> {
     Ok(changed)
 }
 
+/// Where an operand of a quantized binary operator comes from: the
+/// quantized tensor it is a function of, and the table between them
+/// (none: the tensor itself).
+fn source(
+    model: &TypedModel,
+    o: OutletId,
+    reader: usize,
+    outputs: &HashSet<OutletId>,
+) -> (OutletId, Option<Arc<Tensor>>) {
+    let node = model.node(o.node);
+    let private =
+        !outputs.contains(&o) && node.outputs[0].successors.iter().all(|s| s.node == reader);
+    if node.op_is::<QLookup>() && private {
+        if let Some(table) = model
+            .outlet_fact(node.inputs[1])
+            .ok()
+            .and_then(|f| f.konst.clone())
+        {
+            return (node.inputs[0], Some(table));
+        }
+    }
+    (o, None)
+}
+
+/// The 256 values of `x`'s type, through `table` when there is one.
+fn through(all: &Tensor, table: Option<&Arc<Tensor>>) -> Option<TValue> {
+    match table {
+        None => Some(all.clone().into_tvalue()),
+        Some(t) => QLookup
+            .eval_out_of_plan(tvec!(all.clone().into_tvalue(), t.clone().into_tvalue()))
+            .ok()??
+            .into_iter()
+            .next(),
+    }
+}
+
+/// A node that computes a function of one quantized tensor `x` from
+/// tables of it: `QLookup(QLookup(x))`, or a `QLinearAdd`/`QLinearMul`
+/// whose operands are each `x` or a table of `x` read by it alone —
+/// Swish, `x·σ(x)`, in a QDQ model becomes `QLinearMul(x, QLookup(x))`.
+/// Returns `x` and the one table of the whole, computed by evaluating
+/// the node itself on the 256 values `x` can take (so it is exact by
+/// construction, like the tables it is made of).
+fn composite(
+    model: &TypedModel,
+    node: &TypedNode,
+    outputs: &HashSet<OutletId>,
+) -> Option<(OutletId, Tensor)> {
+    /// An input of the node: `x` through a table (or none), or a constant.
+    enum Arg {
+        OfX(Option<Arc<Tensor>>),
+        Const(Option<Arc<Tensor>>),
+    }
+    let konst = |o: OutletId| Arg::Const(model.outlet_fact(o).ok().and_then(|f| f.konst.clone()));
+    let (x, args) = if node.op_is::<QLookup>() {
+        let (x, inner) = source(model, node.inputs[0], node.id, outputs);
+        inner.as_ref()?;
+        (x, vec![Arg::OfX(inner), konst(node.inputs[1])])
+    } else if node.op_is::<crate::qops::QLinearBinary>() && node.inputs.len() == 8 {
+        let (a, a_table) = source(model, node.inputs[0], node.id, outputs);
+        let (b, b_table) = source(model, node.inputs[3], node.id, outputs);
+        if a != b {
+            return None;
+        }
+        let mut args = vec![Arg::OfX(a_table)];
+        args.extend(node.inputs[1..3].iter().map(|&o| konst(o)));
+        args.push(Arg::OfX(b_table));
+        args.extend(node.inputs[4..].iter().map(|&o| konst(o)));
+        (a, args)
+    } else {
+        return None;
+    };
+    let fact = model.outlet_fact(x).ok()?;
+    let base = first(fact.datum_type)?;
+    let all: Vec<i32> = (base..base + 256).collect();
+    let all = tensor1(&all).cast_to_dt(fact.datum_type).ok()?.into_owned();
+    let values: TVec<TValue> = args
+        .iter()
+        .map(|a| match a {
+            Arg::OfX(table) => through(&all, table.as_ref()),
+            Arg::Const(k) => Some(k.clone()?.into_tvalue()),
+        })
+        .collect::<Option<_>>()?;
+    let out = node.op.eval_out_of_plan(values).ok()??.into_iter().next()?;
+    let out = out.into_tensor();
+    (out.len() == 256)
+        .then(|| out.into_shape(&[256]).ok())?
+        .map(|t| (x, t))
+}
+
+/// Replaces every node [`composite`] finds by one [`QLookup`] of the
+/// tensor it is a function of: the tensors between them leave the arena
+/// (Swish's `σ(x)`, as large as `x`) and the element-wise passes become
+/// one. Returns whether anything changed.
+pub(crate) fn compose_tables(model: &mut TypedModel) -> Result<bool, OnnxError> {
+    let err = |e: TractError| OnnxError::tract(Stage::Declutter, e);
+    let mut changed = false;
+    let mut tried: HashSet<usize> = HashSet::new();
+    loop {
+        let outputs: HashSet<OutletId> = model
+            .output_outlets()
+            .map_err(err)?
+            .iter()
+            .copied()
+            .collect();
+        let found = model.nodes().iter().find_map(|n| {
+            if tried.contains(&n.id) {
+                return None;
+            }
+            let (x, table) = composite(model, n, &outputs)?;
+            Some((n.id, x, table))
+        });
+        let Some((n, x, table)) = found else { break };
+        tried.insert(n);
+        let name = model.node(n).name.clone();
+        let mut patch = TypedModelPatch::new(format!("composed table {name}"));
+        let x = patch.tap_model(model, x).map_err(err)?;
+        let t = patch
+            .add_const(format!("{name}.composed"), table)
+            .map_err(err)?;
+        let y = patch.wire_node(&name, QLookup, &[x, t]).map_err(err)?[0];
+        patch
+            .shunt_outside(model, OutletId::new(n, 0), y)
+            .map_err(err)?;
+        patch.apply(model).map_err(err)?;
+        crate::guards::declutter(model)?;
+        changed = true;
+    }
+    Ok(changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
