@@ -100,6 +100,20 @@ pub struct Tensor {
     /// Index in [`Contents::pools`] of the pool holding an arena tensor;
     /// 0 for weights and in bundles with one arena.
     pub pool: u32,
+    /// The scale and zero point of a quantized (u8, i8) tensor, where the
+    /// model gives one pair for the whole tensor. Recorded in the metadata
+    /// only, for tools (`stow inspect`); no kernel reads it.
+    pub quant: Option<Quantization>,
+}
+
+/// A quantized tensor's parameters: its values are `(q − zero_point) ·
+/// scale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Quantization {
+    /// The scale.
+    pub scale: f32,
+    /// The zero point, in the tensor's element type's range.
+    pub zero_point: i32,
 }
 
 /// One memory pool of a bundle whose arena is split across memories

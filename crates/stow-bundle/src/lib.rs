@@ -46,8 +46,8 @@ mod tests;
 
 pub use checksum::crc32;
 pub use contents::{
-    AliasKind, AttrValue, Contents, DType, MemoryPool, Op, ParseDTypeError, Provenance, Region,
-    Tensor, TensorKind,
+    AliasKind, AttrValue, Contents, DType, MemoryPool, Op, ParseDTypeError, Provenance,
+    Quantization, Region, Tensor, TensorKind,
 };
 pub use error::BundleError;
 #[cfg(feature = "std")]

@@ -2,7 +2,7 @@
 //! [`crate::proto`], and the cross-checks between the metadata, the header
 //! and the fixed tensor records.
 
-use crate::contents::{AttrValue, Contents, MemoryPool, Op, Provenance, Tensor};
+use crate::contents::{AttrValue, Contents, MemoryPool, Op, Provenance, Quantization, Tensor};
 use crate::error::BundleError;
 use crate::format::{Header, NO_ALIAS};
 use crate::proto::{AttributeMeta, BundleMeta, OpMeta, PoolMeta, ProvenanceMeta, TensorMeta};
@@ -32,6 +32,8 @@ fn tensor_meta(t: &Tensor) -> TensorMeta {
         alias_kind: t.alias_of.map_or(0, |(k, _)| k as u32),
         alias_of: t.alias_of.map_or(NO_ALIAS, |(_, of)| of),
         pool: t.pool,
+        quant_scale: t.quant.map(|q| q.scale),
+        quant_zero_point: t.quant.map(|q| q.zero_point),
     }
 }
 
@@ -150,8 +152,21 @@ pub(crate) fn decode(
             });
         }
     }
-    for (index, (t, m)) in tensors.iter().zip(&meta.tensors).enumerate() {
+    let mut tensors = tensors;
+    for (index, (t, m)) in tensors.iter_mut().zip(&meta.tensors).enumerate() {
         compare(index, &tensor_meta(t), m)?;
+        t.quant = match (m.quant_scale, m.quant_zero_point) {
+            (Some(scale), Some(zero_point)) => Some(Quantization { scale, zero_point }),
+            (None, None) => None,
+            _ => {
+                return Err(BundleError::MetadataVsRecord {
+                    index,
+                    field: "quant_zero_point",
+                    record: "a scale and a zero point, or neither".into(),
+                    metadata: format!("{:?} and {:?}", m.quant_scale, m.quant_zero_point),
+                })
+            }
+        };
     }
     let records: Vec<PoolMeta> = pools.iter().map(pool_meta).collect();
     if records != meta.pools {

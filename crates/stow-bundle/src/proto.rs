@@ -94,6 +94,12 @@ pub struct TensorMeta {
     /// weights and without pools. The record's `region` carries it too.
     #[prost(uint32, tag = "12")]
     pub pool: u32,
+    /// Scale of a quantized tensor with one pair of parameters.
+    #[prost(float, optional, tag = "13")]
+    pub quant_scale: Option<f32>,
+    /// Its zero point (present with `quant_scale`).
+    #[prost(int32, optional, tag = "14")]
+    pub quant_zero_point: Option<i32>,
 }
 
 /// One operator.

@@ -139,6 +139,7 @@ pub(crate) fn decode(
             last_step: r.last_step,
             alias_of,
             pool: r.region >> REGION_POOL_SHIFT,
+            quant: None,
         };
         check_tensor(index, &tensor, count, pool_bytes, weights_len)?;
         tensors.push(tensor);

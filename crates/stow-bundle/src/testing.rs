@@ -27,6 +27,7 @@ pub fn sample() -> (Contents, Vec<Vec<u8>>) {
             last_step: last,
             alias_of: None,
             pool: 0,
+            quant: None,
         };
         t.size = t.shape_bytes().unwrap_or(0);
         t
@@ -332,6 +333,13 @@ fn arb_tensor(n: usize) -> impl Strategy<Value = (Tensor, u64, u64)> {
                 } else {
                     Region::Arena
                 };
+                // Quantized tensors carry parameters in some draws.
+                let quant = matches!(dtype, DType::U8 | DType::I8)
+                    .then(|| crate::Quantization {
+                        scale: (offset % 97 + 1) as f32 / 64.0,
+                        zero_point: (offset % 7) as i32,
+                    })
+                    .filter(|_| offset % 2 == 0);
                 let mut t = Tensor {
                     name,
                     kind,
@@ -344,6 +352,7 @@ fn arb_tensor(n: usize) -> impl Strategy<Value = (Tensor, u64, u64)> {
                     last_step: a.max(b),
                     alias_of,
                     pool: 0,
+                    quant,
                 };
                 t.size = t.shape_bytes().unwrap_or(0);
                 (t, offset, seed)

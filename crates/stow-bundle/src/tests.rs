@@ -10,13 +10,16 @@ const PROTO: &str = include_str!("../../../proto/stow_bundle.proto");
 #[derive(Debug)]
 struct ProtoField {
     repeated: bool,
+    /// proto3 `optional`: presence is kept (`Option` in Rust).
+    optional: bool,
     ty: String,
     name: String,
     tag: u32,
 }
 
 /// Messages and their fields, from the `.proto` text (the subset of the
-/// language the schema uses: `message X { [repeated] type name = N; }`).
+/// language the schema uses: `message X { [repeated|optional] type name =
+/// N; }`).
 fn parse_proto(text: &str) -> Vec<(String, Vec<ProtoField>)> {
     let mut messages = Vec::new();
     let mut current: Option<(String, Vec<ProtoField>)> = None;
@@ -34,13 +37,15 @@ fn parse_proto(text: &str) -> Vec<(String, Vec<ProtoField>)> {
             let decl = line.strip_suffix(';').expect("field line ends with `;`");
             let (lhs, tag) = decl.split_once('=').expect("field has a tag");
             let words: Vec<&str> = lhs.split_whitespace().collect();
-            let (repeated, ty, name) = match words.as_slice() {
-                ["repeated", ty, name] => (true, *ty, *name),
-                [ty, name] => (false, *ty, *name),
+            let (repeated, optional, ty, name) = match words.as_slice() {
+                ["repeated", ty, name] => (true, false, *ty, *name),
+                ["optional", ty, name] => (false, true, *ty, *name),
+                [ty, name] => (false, false, *ty, *name),
                 _ => panic!("unexpected field line `{line}`"),
             };
             fields.push(ProtoField {
                 repeated,
+                optional,
                 ty: ty.to_string(),
                 name: name.to_string(),
                 tag: tag.trim().parse().expect("numeric tag"),
@@ -97,6 +102,8 @@ fn probe(f: &ProtoField) -> (Vec<u8>, Vec<u8>, String) {
             u64::MAX.to_string(),
         ),
         "int64" => (varint_of(u64::MAX), varint_of(u64::MAX), 0, "-1".into()),
+        // A negative int32 is sign-extended to ten bytes on the wire.
+        "int32" => (varint_of(u64::MAX), varint_of(u64::MAX), 0, "-1".into()),
         "bool" => (vec![1], vec![1], 0, "true".into()),
         "float" => {
             let b = 1.5f32.to_le_bytes().to_vec();
@@ -124,6 +131,7 @@ fn probe(f: &ProtoField) -> (Vec<u8>, Vec<u8>, String) {
         (true, true) => format!("{}: [{} {{", f.name, f.ty),
         (true, false) => format!("{}: Some({} {{", f.name, f.ty),
         (false, true) => format!("{}: [{shown}]", f.name),
+        (false, false) if f.optional => format!("{}: Some({shown})", f.name),
         (false, false) => format!("{}: {shown}", f.name),
     };
     (encode(&payload), encode(&again), shown)

@@ -130,6 +130,8 @@ pub fn json(bundle: &Bundle) -> Value {
                 "pool": t.pool,
                 "packed_for": c.packed_reader(id as u32).map(|(op, _)| op.name.clone()),
                 "packed_depth_block": c.packed_reader(id as u32).map(|(_, kc)| kc),
+                "quant_scale": t.quant.map(|q| q.scale),
+                "quant_zero_point": t.quant.map(|q| q.zero_point),
             })
         })
         .collect();

@@ -439,6 +439,7 @@ fn thousands_of_tensors_make_a_page_and_a_picture_quickly() {
             last_step: (i + 1).min(n - 2),
             alias_of: None,
             pool: 0,
+            quant: None,
         })
         .collect();
     let ops: Vec<Op> = (1..n)

@@ -155,6 +155,64 @@ fn casts_of_the_integer_sums_run_in_place() {
     }
 }
 
+/// Every u8 activation of a QDQ model carries the scale and zero point of
+/// the QuantizeLinear that made it (in the model: read here from the
+/// ONNX file itself), through tables, in-place steps and convolutions.
+#[test]
+fn quantized_tensors_carry_their_models_parameters() {
+    use prost::Message;
+    use std::collections::HashMap;
+    use tract_onnx::pb::ModelProto;
+    let dir = tempfile::tempdir().unwrap();
+    let path = testdata("regress/qdq_swish/model.onnx");
+    let model = ModelProto::decode(&*std::fs::read(&path).unwrap()).unwrap();
+    let graph = model.graph.unwrap();
+    let constant = |name: &str| -> Option<f64> {
+        let t = graph.initializer.iter().find(|t| t.name == name)?;
+        // Raw bytes, or the typed fields (u8/i8 in `int32_data`).
+        Some(match (t.data_type, t.raw_data.is_empty()) {
+            (1, false) => f64::from(f32::from_le_bytes(t.raw_data.get(..4)?.try_into().ok()?)),
+            (1, true) => f64::from(*t.float_data.first()?),
+            (2, false) => f64::from(*t.raw_data.first()?),
+            (3, false) => f64::from(*t.raw_data.first()? as i8),
+            (2 | 3, true) => f64::from(*t.int32_data.first()?),
+            _ => return None,
+        })
+    };
+    let want: HashMap<&str, (f64, f64)> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type == "QuantizeLinear")
+        .filter_map(|n| {
+            Some((
+                n.output[0].as_str(),
+                (constant(&n.input[1])?, constant(&n.input[2])?),
+            ))
+        })
+        .collect();
+    let bundle = compile_and_inspect(&path, &dir.path().join("q.stow"), &[]);
+    let mut checked = 0;
+    for t in bundle["tensors"].as_array().expect("tensors") {
+        if t["kind"] == "weight" || !matches!(t["dtype"].as_str(), Some("u8" | "i8")) {
+            continue;
+        }
+        let name = t["name"].as_str().unwrap();
+        let got = (t["quant_scale"].as_f64(), t["quant_zero_point"].as_f64());
+        assert!(
+            got.0.is_some() && got.1.is_some(),
+            "{name} has no parameters: {t}"
+        );
+        if let Some(&(scale, zero)) = want.get(name) {
+            // The scale is an f32: compared as one (JSON prints it as f64).
+            let got = (got.0.map(|s| s as f32), got.1);
+            assert_eq!(got, (Some(scale as f32), Some(zero)), "{name}");
+            checked += 1;
+        }
+    }
+    // x, the two convolutions, the two Swish tables, the output.
+    assert_eq!(checked, 6, "{bundle:#}");
+}
+
 /// Values that only move between equal parameters (an edge padding, a
 /// max pool, a zero padding) move as u8: no activation is wider, and no
 /// DequantizeLinear is left.

@@ -317,6 +317,9 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
                 }
             }),
             pool,
+            quant: g
+                .quantization(id)
+                .map(|(scale, zero_point)| stow_bundle::Quantization { scale, zero_point }),
         });
     }
     let pools: Vec<MemoryPool> = p

@@ -157,6 +157,13 @@ impl ModelGraph {
         &self.model
     }
 
+    /// The scale and zero point of quantized tensor `tensor`, where the
+    /// model gives one pair for all of it (docs/FORMAT.md, `quant_scale`).
+    pub fn quantization(&self, tensor: usize) -> Option<(f32, i32)> {
+        let (node, slot) = self.tensors.get(tensor)?.outlet;
+        crate::qparams::of(&self.model, OutletId::new(node, slot))
+    }
+
     /// Total bytes of all weights.
     pub fn weight_total(&self) -> u64 {
         self.tensors

@@ -34,6 +34,7 @@ mod order;
 mod patching;
 mod qoperator;
 mod qops;
+mod qparams;
 mod quantize;
 mod recurrent;
 mod refusals;

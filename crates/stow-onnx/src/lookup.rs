@@ -27,7 +27,11 @@ use tract_onnx::tract_hir::internal::*;
 /// `table[x − min(type)]` for a u8 or i8 `x` and a 256-entry table of
 /// the output's type.
 #[derive(Debug, Clone, Hash, PartialEq, Eq)]
-pub(crate) struct QLookup;
+pub(crate) struct QLookup {
+    /// The output's scale (its bits) and zero point, where known: the
+    /// table's own bytes do not tell them, and `stow inspect` shows them.
+    pub output: Option<(u32, i32)>,
+}
 
 /// The first value of a quantized type, the table's index 0.
 fn first(dt: DatumType) -> Option<i32> {
@@ -216,7 +220,10 @@ pub(crate) fn lookup_tables(model: &mut TypedModel) -> Result<bool, OnnxError> {
         let t = patch
             .add_const(format!("{name}.table"), table)
             .map_err(err)?;
-        let y = patch.wire_node(&name, QLookup, &[x, t]).map_err(err)?[0];
+        let output = crate::qparams::of(model, OutletId::new(q, 0)).map(|(s, z)| (s.to_bits(), z));
+        let y = patch
+            .wire_node(&name, QLookup { output }, &[x, t])
+            .map_err(err)?[0];
         patch
             .shunt_outside(model, OutletId::new(q, 0), y)
             .map_err(err)?;
@@ -257,7 +264,7 @@ fn source(
 fn through(all: &Tensor, table: Option<&Arc<Tensor>>) -> Option<TValue> {
     match table {
         None => Some(all.clone().into_tvalue()),
-        Some(t) => QLookup
+        Some(t) => QLookup { output: None }
             .eval_out_of_plan(tvec!(all.clone().into_tvalue(), t.clone().into_tvalue()))
             .ok()??
             .into_iter()
@@ -349,7 +356,10 @@ pub(crate) fn compose_tables(model: &mut TypedModel) -> Result<bool, OnnxError> 
         let t = patch
             .add_const(format!("{name}.composed"), table)
             .map_err(err)?;
-        let y = patch.wire_node(&name, QLookup, &[x, t]).map_err(err)?[0];
+        let output = crate::qparams::of(model, OutletId::new(n, 0)).map(|(s, z)| (s.to_bits(), z));
+        let y = patch
+            .wire_node(&name, QLookup { output }, &[x, t])
+            .map_err(err)?[0];
         patch
             .shunt_outside(model, OutletId::new(n, 0), y)
             .map_err(err)?;
@@ -368,7 +378,7 @@ mod tests {
     fn an_i8_input_indexes_from_minus_128() {
         let table: Vec<u8> = (0..=255).map(|i: u8| i.wrapping_mul(3)).collect();
         let x = tensor1(&[-128i8, -1, 0, 127]);
-        let out = QLookup
+        let out = QLookup { output: None }
             .eval_out_of_plan(tvec!(x.into_tvalue(), tensor1(&table).into_tvalue()))
             .unwrap()
             .unwrap();

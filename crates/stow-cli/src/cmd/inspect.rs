@@ -46,6 +46,12 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
     })
 }
 
+/// A quantized tensor's parameters, e.g. `scale 0.023529412 zero 128`.
+pub(crate) fn quant_text(t: &Tensor) -> Option<String> {
+    t.quant
+        .map(|q| format!("scale {} zero {}", q.scale, q.zero_point))
+}
+
 /// The names of the header's flags, e.g. ` (pools, packed weights)`.
 fn flag_names(flags: u32) -> String {
     use stow_bundle::format::{FLAG_PACKED, FLAG_PACKED_INT8, FLAG_PACKED_LEFT, FLAG_POOLS};
@@ -277,7 +283,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     say!(
         text,
-        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}alias",
+        "  {:>4}  {:<width$}  {:<10}  {:<5}  {:<18}  {:>12}  {:>10}  {:>5}  {:>5}  {}notes",
         "id",
         "name",
         "kind",
@@ -314,9 +320,14 @@ pub fn run(args: Args) -> Result<()> {
             steps(t.first_step),
             steps(t.last_step),
             pool_cell(&pool_name(c, t)),
-            alias_text(c, t)
-                .or_else(|| packed_text(c, id as u32))
-                .unwrap_or_default()
+            [
+                alias_text(c, t).or_else(|| packed_text(c, id as u32)),
+                quant_text(t)
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ")
         );
     }
     crate::cmd::emit(&text);

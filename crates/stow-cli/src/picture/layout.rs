@@ -755,6 +755,7 @@ pub(crate) mod tests {
             last_step,
             alias_of: None,
             pool: 0,
+            quant: None,
         };
         let mut tensors = vec![
             t("x", TensorKind::Input, Region::Arena, 0, 64, (0, 0)),
@@ -871,6 +872,7 @@ pub(crate) mod tests {
             last_step: steps.1,
             alias_of: None,
             pool: 0,
+            quant: None,
         };
         c.tensors = vec![
             t("cat", 0, 128, (1, 1)),
