@@ -13,10 +13,12 @@
 //! for bit: dequantize as ONNX DequantizeLinear does (`(x − zero)·scale`
 //! in f32), apply the float operator, quantize as QuantizeLinear does
 //! (divide by the scale, round half to even, add the zero point,
-//! saturate). The one exception is the average pool, whose sum is an
-//! exact integer sum rather than an f32 sum in some order. onnxruntime
-//! computes the same definitions in fixed point or with a combined scale,
-//! which may round a value to the neighbouring integer.
+//! saturate). The one exception is the average pool, computed as
+//! onnxruntime's MLAS does (an i32 sum, one combined f32 scale, its
+//! requantisation of a product's sums; the runtime's function). For
+//! QLinearAdd this is also what MLAS's AVX2 kernel computes for finite
+//! values; its other kernels (and QLinearMul's) use fixed point or a
+//! combined scale, which may round a value to the neighbouring integer.
 
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
@@ -156,8 +158,9 @@ impl QLinearGlobalAvgPool {
     }
 }
 
-/// The pooled value: the exact integer sum of `x − zero`, its mean as the
-/// f32 the float operator gives, quantized.
+/// The pooled value of the integer sum of `x − zero` over `count`
+/// elements, as onnxruntime's MLAS computes it (the runtime's
+/// [`stow_runtime::kernels::qpointwise::pooled`], so that both agree).
 pub(crate) fn pooled(
     sum: i64,
     count: usize,
@@ -166,8 +169,7 @@ pub(crate) fn pooled(
     y_zero: f32,
     bounds: (f32, f32),
 ) -> f32 {
-    let mean = (sum as f64 * f64::from(x_scale) / count.max(1) as f64) as f32;
-    quantize(mean, y_scale, y_zero, bounds)
+    stow_runtime::kernels::qpointwise::pooled(sum, count, x_scale, y_scale, y_zero, bounds)
 }
 
 impl Op for QLinearGlobalAvgPool {

@@ -25,15 +25,15 @@
 //!
 //! ```text
 //! acc = Σ (a − a0)·(b − b0[ch]) + bias[ch]                        (i32)
-//! y   = saturate(round_half_even(acc · (a_scale·b_scale[ch] / c_scale) + c0))
+//! y   = round_half_even(clip(f32(acc) · scale[ch])) + c0,  scale[ch] = a_scale·b_scale[ch] / c_scale
 //! ```
 //!
 //! with the accumulation wrapping on overflow (ONNX leaves overflow of a
-//! 32-bit accumulator to the implementation), the scales multiplied and
-//! divided in f32 and the rest in f64, as ONNX's reference implementation
-//! does, and the result saturated to the output type (u8, i8 or i32). For
-//! an i32 output with unit scales and no zero point (MatMulInteger,
-//! ConvInteger) `y` is `acc` exactly. A convolution's padding contributes
+//! 32-bit accumulator to the implementation) and everything after it in
+//! f32 as onnxruntime's MLAS computes it ([`requantize`]: the clip to the
+//! output's range less c0 before the rounding, c0 added after it). An i32
+//! output (MatMulInteger, ConvInteger: unit scales) is `acc` exactly
+//! ([`requantize_wide`]). A convolution's padding contributes
 //! nothing to the sum: it holds a's zero point. Anything else (a
 //! parameter with one value per row of a, or per output channel of the
 //! result, other element types) is refused at setup.
@@ -374,12 +374,56 @@ pub fn packed_fits(depth: usize, floats: usize) -> bool {
     fast::runs_in(depth, floats)
 }
 
-/// ONNX's requantisation of accumulator `acc` (bias included) with the
-/// combined scale `a_scale·b_scale / c_scale`: `acc · scale + zero`
-/// rounded half to even and saturated to `lo..=hi`. A NaN scale (a zero
-/// output scale over a zero product) gives 0.
+/// onnxruntime's requantisation of accumulator `acc` (bias included)
+/// with the combined scale `a_scale·b_scale / c_scale`, for a u8 or i8
+/// output (`lo..=hi` its range): MLAS's `MlasRequantizeOutput` and the
+/// post-processing of its QLinearConv and QGemm kernels, step for step:
+///
+/// ```text
+/// y = f32(acc) · scale                       (two f32 roundings, to nearest even)
+/// y = max(y, lo − zero), then min(y, hi − zero)   (as MAXPS/MINPS: NaN → lo − zero)
+/// r = round_half_even(y) + zero, saturated to lo..=hi
+/// ```
+///
+/// The zero point is added after the rounding, so a tie rounds to the
+/// even integer before it is shifted: with an odd zero point that is the
+/// other neighbour than ONNX's reference implementation picks (it rounds
+/// `acc·scale + zero` in f64), and the f32 product can round a value
+/// across a half. Both are one step at most; onnxruntime is the runtime
+/// quantized models are calibrated and checked against, so its bytes are
+/// the ones to give. An i32 output (MatMulInteger, ConvInteger: unit
+/// scales, no zero point) has no MLAS requantisation and an f32 would
+/// round sums beyond 2²⁴: it keeps the exact [`requantize_wide`].
 #[inline]
 pub fn requantize(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
+    if (lo, hi) == (i32::MIN, i32::MAX) {
+        return requantize_wide(acc, scale, zero, (lo, hi));
+    }
+    let (min, max) = clip_bounds(zero, (lo, hi));
+    let y = acc as f32 * scale;
+    // MAXPS/MINPS return their second operand when either is NaN.
+    let y = if y > min { y } else { min };
+    let y = if y < max { y } else { max };
+    let r = round_clamped(f64::from(y), i32::MIN, i32::MAX);
+    // Saturated as MLAS's packs do (a no-op for a zero point inside the
+    // output's range, as ONNX's always is).
+    (i64::from(r) + i64::from(zero)).clamp(lo.into(), hi.into()) as i32
+}
+
+/// MLAS's clipping bounds of [`requantize`]: the output's range shifted
+/// by its zero point, in f32.
+#[inline]
+pub(super) fn clip_bounds(zero: i32, (lo, hi): (i32, i32)) -> (f32, f32) {
+    let shift = |b: i32| (i64::from(b) - i64::from(zero)) as f32;
+    (shift(lo), shift(hi))
+}
+
+/// The requantisation of an i32 output, as ONNX's reference computes it:
+/// `f64(acc)·f64(scale) + f64(zero)` rounded half to even and saturated
+/// to `lo..=hi`; exactly `acc` at unit scale and no zero point. A NaN
+/// scale (a zero output scale over a zero product) gives 0.
+#[inline]
+pub fn requantize_wide(acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)) -> i32 {
     let y = f64::from(acc) * f64::from(scale) + f64::from(zero);
     round_clamped(y, lo, hi)
 }

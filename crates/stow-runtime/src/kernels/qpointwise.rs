@@ -527,10 +527,24 @@ mod x86 {
     }
 }
 
-/// The quantized mean of a plane whose `x − zero` sum to `sum`.
-fn pooled(sum: i64, count: usize, x_scale: f32, y_scale: f32, y_zero: f32, b: (f32, f32)) -> f32 {
-    let mean = (sum as f64 * f64::from(x_scale) / count.max(1) as f64) as f32;
-    quantize(mean, y_scale, y_zero, b)
+/// The quantized mean of a plane whose `x − zero` sum to `sum`, as
+/// onnxruntime's `MlasQLinearGlobalAveragePoolNchw` computes it: the sum
+/// in i32, the scale `x_scale / (y_scale·count)` in f32, then its
+/// requantisation of a product's sums ([`super::qlinear::requantize`]).
+/// The compiler's evaluation of the operator calls this one too.
+pub fn pooled(
+    sum: i64,
+    count: usize,
+    x_scale: f32,
+    y_scale: f32,
+    y_zero: f32,
+    b: (f32, f32),
+) -> f32 {
+    let scale = x_scale / (y_scale * count.max(1) as f32);
+    // MLAS accumulates in i32: the same sum modulo 2³².
+    let acc = sum as i32;
+    let range = (b.0 as i32, b.1 as i32);
+    super::qlinear::requantize(acc, scale, y_zero as i32, range) as f32
 }
 
 impl QGlobalPool {

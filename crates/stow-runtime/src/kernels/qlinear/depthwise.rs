@@ -132,6 +132,14 @@ impl QConv {
         let Ok(a0) = u8::try_from(dom.a0(q.a0)) else {
             return false;
         };
+        // Taps `w − b0` are kept as i16 (an i8 less a zero point this
+        // close to it), so that each product is of two sign-extended i16
+        // and compiles to `vpmaddwd` (`pmaddwd` on the baseline) rather
+        // than a 32-bit multiply.
+        let plane = oh * ow;
+        if !(0..s.groups).all(|c| dom.b0(q.channel(c * plane).2).unsigned_abs() <= 32_000) {
+            return false;
+        }
         let (dx, px) = (win.dilations[2], win.pad[2] as isize);
         let cols = core::array::from_fn(|tx| {
             if tx >= kw {
@@ -252,10 +260,11 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
             let (bias, scale, b0) = q.channel(ob);
             let b0 = dom.b0(b0);
             let requant: Line = q.line(bias, scale, 0, 0);
-            let taps: [i32; TAPS] = core::array::from_fn(|t| {
+            // Within i16: `run_depthwise` checked every channel's b0.
+            let taps: [i16; TAPS] = core::array::from_fn(|t| {
                 if t < kh * kw {
                     let v = self.w.load(channel * kh * kw + t) ^ flips.1;
-                    i32::from(v as i8).wrapping_sub(b0)
+                    (i32::from(v as i8) - b0) as i16
                 } else {
                     0
                 }
@@ -288,10 +297,11 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                         let Some((lo, hi, at)) = *cols else {
                             continue;
                         };
-                        let wv = taps[ty * kw + tx];
+                        let wv = i32::from(taps[ty * kw + tx]);
                         let xs = &line[at..at + (hi - lo)];
                         for (acc, &v) in row[lo..hi].iter_mut().zip(xs) {
-                            *acc = acc.wrapping_add(i32::from(v).wrapping_mul(wv));
+                            // Exact: two i16 (|x − a0| ≤ 255).
+                            *acc = acc.wrapping_add(i32::from(v) * wv);
                         }
                     }
                 }
@@ -308,7 +318,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         &self,
         w: &Whole,
         xb: usize,
-        taps: &[i32; TAPS],
+        taps: &[i16; TAPS],
         phases: &mut [i16; LINES],
         sums: &mut [i32; PLANE_SUMS],
     ) {
@@ -360,11 +370,11 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
             let (oy, iy) = (ty * g.dy / sy, ty * g.dy % sy);
             for tx in 0..g.kw {
                 let (ox, ix) = (tx * g.dx / sx, tx * g.dx % sx);
-                let wv = taps[ty * g.kw + tx];
+                let wv = i32::from(taps[ty * g.kw + tx]);
                 let at = (iy * sx + ix) * phase_len + oy * pc + ox;
                 let xs = &phases[at..at + run];
                 for (a, &v) in acc.iter_mut().zip(xs) {
-                    *a = a.wrapping_add(i32::from(v).wrapping_mul(wv));
+                    *a = a.wrapping_add(i32::from(v) * wv);
                 }
             }
         }

@@ -8,24 +8,32 @@
 //!
 //! `m·lane_sum_l` and `c` fold the zero points and the bias back in
 //! ([`super::fast`]); a depthwise row has no lane sums (`m` = 0). Each
-//! instruction set computes exactly [`super::requantize`]: the sums as
-//! i32 modulo 2³², then `f64(acc)·f64(scale) + f64(zero)` as two rounded
-//! f64 operations (never fused), clamped to the output's range in f64,
-//! then rounded half to even to an integer. The scalar reference's
-//! `(y + 1.5·2⁵²) − 1.5·2⁵²` and the vector `vcvtpd2dq` / `vroundpd` with
-//! round-to-nearest-even both give the integer nearest to a clamped `y`
-//! (|y| ≤ 2³¹), ties to even, so the bytes are the same. A scale that is
-//! not finite (NaN, or ∞ where `0·∞` is NaN) takes the scalar loop, whose
-//! NaN handling (0) the vector conversions do not share.
+//! instruction set computes exactly [`super::requantize`]. For a u8 or
+//! i8 output that is onnxruntime's (MLAS's) arithmetic, in f32: the sum
+//! converted to f32 and multiplied by the scale (two roundings to nearest
+//! even, never fused), clipped to `lo − zero ..= hi − zero` with MAXPS and
+//! MINPS (NaN takes the lower bound, as theirs does), converted to an
+//! integer rounding to nearest even, then the zero point added. The
+//! vectors hold sixteen f32 lanes per AVX-512 instruction (eight with
+//! AVX2); a zero point outside the output's range (never from ONNX, whose
+//! zero point has the output's type) takes the scalar loop, which also
+//! saturates after adding it.
 //!
-//! - AVX-512 (with [`Isa::Vnni`]): sixteen lanes per step, as two halves
-//!   of eight f64; the bytes stored with `vpmovdb` under a lane mask;
-//! - AVX2: four f64 lanes per conversion, sixteen lanes per step, packed
-//!   with the saturating packs (exact: the values are already in range);
+//! An i32 output (MatMulInteger, ConvInteger) keeps the exact f64
+//! arithmetic of [`super::requantize_wide`]: `f64(acc)·f64(scale) +
+//! f64(zero)`, clamped, rounded half to even by `vcvtpd2dq` / `vroundpd`
+//! (the scalar loop for a scale that is not finite, whose NaN handling,
+//! 0, the vector conversions do not share).
+//!
+//! - AVX-512 (with [`Isa::Vnni`]): sixteen lanes per step, stored with
+//!   `vpmovdb` under a lane mask;
+//! - AVX2: sixteen lanes per step as two vectors of eight, packed with the
+//!   saturating packs (exact: the values are already in range);
 //! - portable: the scalar loop.
 
-use super::igemm::Isa;
+use super::igemm::{Isa, NR};
 use super::{requantize, Out};
+use core::cell::Cell;
 
 /// What is common to a row: the multiplier of the lane sums, the constant
 /// added, the combined scale, the output's zero point and range.
@@ -73,6 +81,50 @@ pub(super) fn row(
     }
 }
 
+/// A whole tile's rows: row `r` of `raw` (its first `lanes` sums) with
+/// `lines[r] = (o, line)` goes to `out` from element `o` on, the rows
+/// sharing the lane sums. One call per tile rather than per row: with
+/// AVX-512 and narrow outputs the rows run in one function (sixteen lanes,
+/// one vector per row); otherwise row by row through [`row`]. The same
+/// bytes either way.
+#[inline]
+pub(super) fn tile(
+    isa: Isa,
+    raw: &[[i32; NR]],
+    lanes: usize,
+    lane_sums: Option<&[i32]>,
+    lines: &[(usize, Line)],
+    out: &Out<'_>,
+) {
+    let lanes = lanes.min(NR);
+    let sums = lane_sums.map(|s| &s[..lanes]);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
+        let vector = |l: &(usize, Line)| (l.1.range.0..=l.1.range.1).contains(&l.1.zero);
+        let fits = |len: usize| lines.iter().all(|(o, _)| o + lanes <= len);
+        let dst = match out {
+            Out::U8(c) if fits(c.len()) => Some((c.as_ptr().cast::<Cell<u8>>(), c.len())),
+            Out::I8(c) if fits(c.len()) => Some((c.as_ptr().cast::<Cell<u8>>(), c.len())),
+            _ => None,
+        };
+        if let Some((base, len)) = dst.filter(|_| lines.iter().all(vector)) {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has AVX-512
+            // F and BW; every row's `lanes` outputs lie inside `out`
+            // (`fits`, `len` its length), whose u8 and i8 cells have one
+            // byte's layout.
+            #[allow(unsafe_code)]
+            unsafe {
+                let bytes = core::slice::from_raw_parts(base, len);
+                x86::tile_avx512(raw, lanes, sums, lines, bytes)
+            };
+            return;
+        }
+    }
+    for (r, (o, line)) in lines.iter().enumerate() {
+        row(isa, &raw[r][..lanes], sums, line, out, *o);
+    }
+}
+
 /// The output row, exactly as long as the sums.
 #[derive(Clone, Copy)]
 enum Dst<'a> {
@@ -94,7 +146,17 @@ impl Dst<'_> {
 
 #[inline]
 fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
-    if line.scale.is_finite() {
+    let (lo, hi) = line.range;
+    let narrow = !matches!(dst, Dst::I32(_));
+    // Narrow outputs: a zero point inside the range keeps `r + zero` in it
+    // (no i32 overflow, no saturation needed). Wide ones: a finite scale,
+    // the vector conversions having no NaN rule of their own.
+    let vector = if narrow {
+        (lo..=hi).contains(&line.zero)
+    } else {
+        line.scale.is_finite()
+    };
+    if vector {
         match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Vnni => {
@@ -103,7 +165,11 @@ fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) 
                 // `sums` and `dst` are equal (`row`).
                 #[allow(unsafe_code)]
                 unsafe {
-                    x86::row_avx512(raw, sums, line, dst)
+                    if narrow {
+                        x86::narrow_avx512(raw, sums, line, dst)
+                    } else {
+                        x86::row_avx512(raw, sums, line, dst)
+                    }
                 };
                 return;
             }
@@ -113,7 +179,11 @@ fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) 
                 // AVX2; lengths as above.
                 #[allow(unsafe_code)]
                 unsafe {
-                    x86::row_avx2(raw, sums, line, dst)
+                    if narrow {
+                        x86::narrow_avx2(raw, sums, line, dst)
+                    } else {
+                        x86::row_avx2(raw, sums, line, dst)
+                    }
                 };
                 return;
             }
@@ -128,14 +198,157 @@ fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) 
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::clip_bounds;
     use super::{Dst, Line};
     use core::arch::x86_64::*;
+    use core::cell::Cell;
 
     /// Lanes per step.
     const W: usize = 16;
 
-    /// [`super::emit`] with AVX-512 F/BW; `line.scale` finite, `sums`
-    /// and `dst` as long as `raw`.
+    /// [`super::tile`]'s rows with AVX-512 F/BW, each by
+    /// [`narrow_avx512`] into the bytes of `out` (u8 or i8 cells) from
+    /// its offset on; `sums` (if any) `lanes` long, every row's outputs
+    /// inside `out`, `line.zero` within `line.range`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn tile_avx512(
+        raw: &[[i32; super::NR]],
+        lanes: usize,
+        sums: Option<&[i32]>,
+        lines: &[(usize, Line)],
+        out: &[Cell<u8>],
+    ) {
+        for (r, (o, line)) in lines.iter().enumerate() {
+            narrow_avx512(&raw[r][..lanes], sums, line, Dst::U8(&out[*o..*o + lanes]));
+        }
+    }
+
+    /// [`super::emit`] for a u8 or i8 output with AVX-512 F/BW: MLAS's
+    /// f32 requantisation on sixteen lanes; `line.zero` within
+    /// `line.range`, `sums` and `dst` as long as `raw`. The bytes stored
+    /// are the same for either type (the low byte of each i32).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    pub(super) fn narrow_avx512(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
+        let n = raw.len();
+        let m = _mm512_set1_epi32(line.m);
+        let c = _mm512_set1_epi32(line.c);
+        let scale = _mm512_set1_ps(line.scale);
+        let (min, max) = clip_bounds(line.zero, line.range);
+        let (min, max) = (_mm512_set1_ps(min), _mm512_set1_ps(max));
+        let zero = _mm512_set1_epi32(line.zero);
+        let mut l = 0;
+        while l < n {
+            let lanes = W.min(n - l);
+            let mask: __mmask16 = if lanes == W { !0 } else { (1u16 << lanes) - 1 };
+            // SAFETY (all three blocks): lanes `l..l + lanes` are inside
+            // `raw`, `sums` and `dst` (equal lengths), and the masked
+            // loads and stores touch no other lane; `dst`'s cells are
+            // only accessed by this thread while the row is written.
+            #[allow(unsafe_code)]
+            let mut acc = unsafe { _mm512_maskz_loadu_epi32(mask, raw.as_ptr().add(l).cast()) };
+            if let Some(s) = sums {
+                #[allow(unsafe_code)]
+                let s = unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().add(l).cast()) };
+                acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(m, s));
+            }
+            acc = _mm512_add_epi32(acc, c);
+            let y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
+            // Operand order as MLAS's: a NaN takes the second, the bound.
+            let y = _mm512_min_ps(_mm512_max_ps(y, min), max);
+            let r =
+                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+            let y = _mm512_add_epi32(r, zero);
+            #[allow(unsafe_code)]
+            unsafe {
+                match dst {
+                    Dst::U8(d) => {
+                        _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
+                    }
+                    Dst::I8(d) => {
+                        _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
+                    }
+                    // Not narrow: `emit` sends it to `row_avx512`.
+                    Dst::I32(_) => {}
+                }
+            }
+            l += lanes;
+        }
+    }
+
+    /// [`narrow_avx512`] with AVX2: two vectors of eight f32 per step; the
+    /// tail short of sixteen lanes goes through a stack row.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn narrow_avx2(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
+        let n = raw.len();
+        let m = _mm256_set1_epi32(line.m);
+        let c = _mm256_set1_epi32(line.c);
+        let scale = _mm256_set1_ps(line.scale);
+        let (min, max) = clip_bounds(line.zero, line.range);
+        let (min, max) = (_mm256_set1_ps(min), _mm256_set1_ps(max));
+        let zero = _mm256_set1_epi32(line.zero);
+        let mut l = 0;
+        while l < n {
+            let lanes = W.min(n - l);
+            let mut r = [0i32; W];
+            let mut s = [0i32; W];
+            r[..lanes].copy_from_slice(&raw[l..l + lanes]);
+            if let Some(sums) = sums {
+                s[..lanes].copy_from_slice(&sums[l..l + lanes]);
+            }
+            let mut q = [_mm256_setzero_si256(); 2];
+            for (h, q) in q.iter_mut().enumerate() {
+                // SAFETY: `r` and `s` hold 16 i32; 8 from 8·h are read.
+                #[allow(unsafe_code)]
+                let (rv, sv) = unsafe {
+                    (
+                        _mm256_loadu_si256(r.as_ptr().add(8 * h).cast()),
+                        _mm256_loadu_si256(s.as_ptr().add(8 * h).cast()),
+                    )
+                };
+                let acc = _mm256_add_epi32(_mm256_sub_epi32(rv, _mm256_mullo_epi32(m, sv)), c);
+                let y = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), scale);
+                let y = _mm256_min_ps(_mm256_max_ps(y, min), max);
+                // The default rounding (MXCSR): to nearest even.
+                *q = _mm256_add_epi32(_mm256_cvtps_epi32(y), zero);
+            }
+            let w0 = _mm_packs_epi32(
+                _mm256_castsi256_si128(q[0]),
+                _mm256_extracti128_si256::<1>(q[0]),
+            );
+            let w1 = _mm_packs_epi32(
+                _mm256_castsi256_si128(q[1]),
+                _mm256_extracti128_si256::<1>(q[1]),
+            );
+            let b = if matches!(dst, Dst::U8(_)) {
+                _mm_packus_epi16(w0, w1)
+            } else {
+                _mm_packs_epi16(w0, w1)
+            };
+            let mut bytes = [0u8; W];
+            // SAFETY: `bytes` is 16 bytes, one unaligned store.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm_storeu_si128(bytes.as_mut_ptr().cast(), b)
+            };
+            match dst {
+                Dst::U8(d) => d[l..l + lanes]
+                    .iter()
+                    .zip(&bytes)
+                    .for_each(|(d, &b)| d.set(b)),
+                Dst::I8(d) => d[l..l + lanes]
+                    .iter()
+                    .zip(&bytes)
+                    .for_each(|(d, &b)| d.set(b as i8)),
+                Dst::I32(_) => {}
+            }
+            l += lanes;
+        }
+    }
+
+    /// [`super::emit`] for an i32 output with AVX-512 F/BW (f64 lanes, as
+    /// [`super::super::requantize_wide`]); `line.scale` finite, `sums` and
+    /// `dst` as long as `raw`.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn row_avx512(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
         let n = raw.len();
@@ -186,8 +399,8 @@ mod x86 {
         }
     }
 
-    /// [`super::emit`] with AVX2; as [`row_avx512`]. The tail short of
-    /// sixteen lanes goes through a stack row.
+    /// [`row_avx512`] with AVX2. The tail short of sixteen lanes goes
+    /// through a stack row.
     #[target_feature(enable = "avx2")]
     pub(super) fn row_avx2(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
         let n = raw.len();
@@ -381,6 +594,72 @@ mod tests {
             }
         }
         assert!(checked > 50_000);
+    }
+
+    /// A tile's rows in one call give each row's outputs as the scalar
+    /// reference does, on every instruction set, for u8, i8 and i32
+    /// outputs, 1 to 4 rows and 0 to 16 lanes; nothing else is written.
+    #[test]
+    fn tiles_requantise_as_rows() {
+        let mut s = 0x7113_u64;
+        for case in 0..600 {
+            let rows = 1 + case % 4;
+            let lanes = case % 17;
+            let range = [(0, 255), (-128, 127), (i32::MIN, i32::MAX)][case / 4 % 3];
+            let raw: Vec<[i32; NR]> = (0..rows)
+                .map(|_| core::array::from_fn(|_| (next(&mut s) % 4001) as i32 - 2000))
+                .collect();
+            let sums: [i32; NR] = core::array::from_fn(|_| (next(&mut s) % 301) as i32 - 150);
+            let zero = if case % 7 == 0 {
+                300
+            } else {
+                range.0 + (next(&mut s) % 100) as i32
+            };
+            let lines: Vec<(usize, Line)> = (0..rows)
+                .map(|r| {
+                    let line = Line {
+                        m: (next(&mut s) % 5) as i32 - 2,
+                        c: (next(&mut s) % 1001) as i32 - 500,
+                        scale: [0.5, 0.013, 0.25, 1.5e-3][(case + r) % 4],
+                        zero,
+                        range,
+                    };
+                    (1 + r * 20, line)
+                })
+                .collect();
+            let with_sums = case % 3 != 0;
+            let want = |r: usize, l: usize| {
+                lines[r]
+                    .1
+                    .scalar(raw[r][l], if with_sums { sums[l] } else { 0 })
+            };
+            for isa in Isa::all_available() {
+                let sums = with_sums.then_some(&sums[..lanes]);
+                let n = 100;
+                let got: Vec<i32> = match range.1 {
+                    255 => {
+                        let c: Vec<Cell<u8>> = (0..n).map(|_| Cell::new(7)).collect();
+                        tile(isa, &raw, lanes, sums, &lines, &Out::U8(&c));
+                        c.iter().map(|c| c.get().into()).collect()
+                    }
+                    127 => {
+                        let c: Vec<Cell<i8>> = (0..n).map(|_| Cell::new(7)).collect();
+                        tile(isa, &raw, lanes, sums, &lines, &Out::I8(&c));
+                        c.iter().map(|c| c.get().into()).collect()
+                    }
+                    _ => {
+                        let c: Vec<Cell<i32>> = (0..n).map(|_| Cell::new(7)).collect();
+                        tile(isa, &raw, lanes, sums, &lines, &Out::I32(&c));
+                        c.iter().map(Cell::get).collect()
+                    }
+                };
+                for (i, &g) in got.iter().enumerate() {
+                    let row = (0..rows).find(|&r| (1 + r * 20..1 + r * 20 + lanes).contains(&i));
+                    let w = row.map_or(7, |r| want(r, i - 1 - r * 20));
+                    assert_eq!(g, w, "{isa:?} case {case} at {i}");
+                }
+            }
+        }
     }
 
     /// Ties of every kind near zero and near the ends of the ranges, for

@@ -572,7 +572,7 @@ impl QConv {
                     let first = (image * c_out + ops.c0) * plane_out;
                     // The rows' lines, looked up once per group of rows
                     // and block rather than per tile.
-                    let mut lines = (usize::MAX, [LINE0; MR]);
+                    let mut lines = (usize::MAX, [(0usize, LINE0); MR]);
                     igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
                         let rows = MR.min(s.out_per_group - d.i0);
                         let lanes = NR.min(plane_out - d.j0);
@@ -582,15 +582,14 @@ impl QConv {
                                 let (bias, scale, b0) = q.channel(o);
                                 let b0 = dom.b0(b0);
                                 let c = folded(d.row_sums[r], s.k(), a0, b0);
-                                lines.1[r] = q.line(bias, scale, b0, c);
+                                lines.1[r] = (o, q.line(bias, scale, b0, c));
                             }
                             lines.0 = d.i0;
                         }
-                        for (r, line) in lines.1.iter().enumerate().take(rows) {
-                            let o = first + (d.i0 + r) * plane_out + d.j0;
-                            let sums = Some(&d.lane_sums[..lanes]);
-                            epilogue::row(isa, &d.raw[r][..lanes], sums, line, out, o);
-                        }
+                        let mut at = lines.1;
+                        at.iter_mut().for_each(|(o, _)| *o += d.j0);
+                        let sums = Some(&d.lane_sums[..lanes]);
+                        epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);
                     });
                 }
             }
@@ -995,10 +994,10 @@ impl QProduct {
                             }
                             lines.0 = d.i0;
                         }
-                        for (r, (o, line)) in lines.1.iter().enumerate().take(rows) {
-                            let sums = Some(&d.lane_sums[..lanes]);
-                            epilogue::row(isa, &d.raw[r][..lanes], sums, line, out, o + d.j0);
-                        }
+                        let mut at = lines.1;
+                        at.iter_mut().for_each(|(o, _)| *o += d.j0);
+                        let sums = Some(&d.lane_sums[..lanes]);
+                        epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);
                         return;
                     }
                     for r in 0..rows {

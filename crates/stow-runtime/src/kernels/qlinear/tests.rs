@@ -732,6 +732,62 @@ fn requantisation_rounds_half_to_even_and_saturates() {
     assert_eq!(requantize(i32::MIN, 1.0, 0, (i32::MIN, i32::MAX)), i32::MIN);
     assert_eq!(requantize(i32::MAX, 1.0, 0, (i32::MIN, i32::MAX)), i32::MAX);
     assert_eq!(requantize(7, f32::NAN, 0, u8s), 0);
+    // MLAS adds the zero point after rounding: 1.5 → 2, then + 1 (ONNX's
+    // reference rounds 2.5 → 2); and a NaN takes the lower bound.
+    assert_eq!(requantize(3, 0.5, 1, u8s), 3);
+    assert_eq!(requantize_wide(3, 0.5, 1, u8s), 2);
+    assert_eq!(requantize(5, 0.5, -1, (-128, 127)), 1);
+    assert_eq!(requantize(7, f32::NAN, 0, (-128, 127)), -128);
+    assert_eq!(requantize(7, f32::NAN, 3, u8s), 0);
+    // An i32 output stays exact beyond f32's 24 bits.
+    let wide = (i32::MIN, i32::MAX);
+    assert_eq!(requantize(16_777_217, 1.0, 0, wide), 16_777_217);
+}
+
+/// `requantize` for u8 and i8 outputs is MLAS's formula written out with
+/// f32 operations and `round_ties_even` (the clip as MAXPS/MINPS: the
+/// bound when the value is NaN), on random sums, scales and zero points
+/// and on every tie of small sums.
+#[test]
+fn narrow_requantisation_is_mlas_arithmetic() {
+    let mlas = |acc: i32, scale: f32, zero: i32, (lo, hi): (i32, i32)| -> i32 {
+        let (min, max) = ((lo - zero) as f32, (hi - zero) as f32);
+        let y = acc as f32 * scale;
+        let y = if y > min { y } else { min };
+        let y = if y < max { y } else { max };
+        Float::round_ties_even(y) as i32 + zero
+    };
+    let mut rng = Rng(0x0dd5_eed5);
+    let mut checked = 0;
+    for range in [(0, 255), (-128, 127)] {
+        for i in 0..60_000 {
+            let acc = match i % 4 {
+                0 => rng.int(-2000, 2000) as i32,
+                1 => rng.int(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+                _ => rng.int(-300_000, 300_000) as i32,
+            };
+            let scale = match i % 5 {
+                0 => 0.5,
+                1 => 0.25,
+                2 => f32::from_bits(rng.int(0, 0x7f80_0000) as u32),
+                _ => rng.float(1e-5, 2e-2),
+            };
+            let zero = rng.int(range.0.into(), range.1.into()) as i32;
+            let want = mlas(acc, scale, zero, range);
+            assert_eq!(
+                requantize(acc, scale, zero, range),
+                want,
+                "{acc} {scale} {zero}"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 120_000);
+    // Where MLAS and ONNX's reference part: ties with an odd zero point.
+    let parted = (-600..600)
+        .filter(|&acc| requantize(acc, 0.5, 7, (0, 255)) != requantize_wide(acc, 0.5, 7, (0, 255)))
+        .count();
+    assert!(parted > 100, "{parted}");
 }
 
 /// The rounding without libm agrees with `round_ties_even` then clamp on
