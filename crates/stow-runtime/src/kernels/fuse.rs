@@ -508,7 +508,11 @@ mod tests {
                         if !c.is_empty() {
                             ins.push(weight_operand(90 + id, c));
                         }
-                        steps.push(prepared(&op(name), ins, alloc::vec![shaped(id + 1, so, at)]));
+                        steps.push(prepared(
+                            &op(name),
+                            ins,
+                            alloc::vec![shaped(id + 1, so, at)],
+                        ));
                         id += 1;
                     }
                     if !safe {
