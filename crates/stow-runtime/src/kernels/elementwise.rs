@@ -278,7 +278,7 @@ pub fn unary_f32(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
 
 /// Dispatches [`logistic_row`] to a copy compiled for AVX2 and FMA where
 /// the CPU has them (8 lanes instead of SSE's 4).
-fn logistic_rows<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
+pub(crate) fn logistic_rows<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
     #[cfg(target_arch = "x86_64")]
     if super::gemm::fma_available() {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
@@ -329,7 +329,7 @@ pub fn logistic_row<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
 
 /// sigmoid(x), or x·sigmoid(x) with `SILU`.
 #[inline(always)]
-fn logistic<const SILU: bool>(x: f32) -> f32 {
+pub(crate) fn logistic<const SILU: bool>(x: f32) -> f32 {
     // e = e^−|x| lies in [0, 1]: 1/(1+e) never overflows, and the
     // negative half is e/(1+e), not 1 − 1/(1+e), which would cancel.
     let e = exp_neg_abs(x);

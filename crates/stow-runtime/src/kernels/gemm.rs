@@ -278,6 +278,18 @@ macro_rules! with_finish {
                 let $f = |a: f32| a;
                 $body
             }
+            Finish::Sigmoid => {
+                let $f = super::elementwise::logistic::<false>;
+                $body
+            }
+            Finish::Silu => {
+                let $f = super::elementwise::logistic::<true>;
+                $body
+            }
+            Finish::HardSwish => {
+                let $f = |a: f32| super::elementwise::Unary::HardSwish.apply(a);
+                $body
+            }
         }
     }};
 }
@@ -292,6 +304,13 @@ pub enum Finish {
     Keep,
     /// Clamped.
     Clamp(Clamp),
+    /// Through the logistic function, as the `Sigmoid` step computes it
+    /// ([`super::elementwise::logistic_row`]).
+    Sigmoid,
+    /// Times its logistic, as the `Silu` step computes it.
+    Silu,
+    /// `x·clamp(x + 3, 0, 6)/6`, as the `HardSwish` step computes it.
+    HardSwish,
 }
 
 impl Finish {
@@ -309,9 +328,21 @@ impl Finish {
     /// Applies `self` to every element of `cells`.
     #[inline(always)]
     pub fn apply(self, cells: &[Cell<f32>]) {
-        if self != Finish::Keep {
-            self.map_row(cells, cells)
+        match self {
+            Finish::Keep => {}
+            // The vectorised row of the element-wise steps (its chunks
+            // read before they write, so in place is fine), compiled for
+            // AVX2 where the CPU has it whoever the caller is.
+            Finish::Sigmoid => super::elementwise::logistic_rows::<false>(cells, cells),
+            Finish::Silu => super::elementwise::logistic_rows::<true>(cells, cells),
+            _ => self.map_row(cells, cells),
         }
+    }
+
+    /// One finished sum through `self`.
+    #[inline(always)]
+    pub fn value(self, a: f32) -> f32 {
+        with_finish!(self, |f| f(a))
     }
 
     /// Writes each element of `x` through `self` into `out` (the

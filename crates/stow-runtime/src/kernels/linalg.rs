@@ -423,6 +423,7 @@ fn place(i: usize, k: usize, axis: usize, w: &super::nn::Window, n: usize) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::elementwise::{unary_f32, Unary};
     use alloc::vec::Vec;
 
     /// Every tap of every output, in f64.
@@ -648,13 +649,54 @@ mod tests {
                         o.get()
                     );
                 }
-                // A clamp merged into the convolution gives the bytes of
-                // the clamp applied after it.
+                // An activation merged into the convolution gives the
+                // bytes of its element-wise step run after it.
                 let clamp = gemm::Clamp {
                     lo: -0.25,
                     hi: 0.5,
                     max_first: parts == 1,
                 };
+                let bits =
+                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+                let stepped = |finish: Finish, v: &[Cell<f32>]| {
+                    let after: Vec<Cell<f32>> = v.iter().map(|c| Cell::new(c.get())).collect();
+                    let f = match finish {
+                        Finish::Sigmoid => Unary::Sigmoid,
+                        Finish::Silu => Unary::Silu,
+                        Finish::HardSwish => Unary::HardSwish,
+                        _ => return v.iter().map(|c| clamp.apply(c.get()).to_bits()).collect(),
+                    };
+                    unary_f32(f, Src::Arena(v), &after);
+                    bits(&after)
+                };
+                let finishes = [
+                    Finish::Clamp(clamp),
+                    Finish::Sigmoid,
+                    Finish::Silu,
+                    Finish::HardSwish,
+                ];
+                for finish in finishes {
+                    let fused: Vec<Cell<f32>> =
+                        (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+                    for part in 0..parts {
+                        conv(
+                            &s,
+                            None,
+                            Src::Weight(&x),
+                            Src::Weight(&weight),
+                            Some(Src::Weight(&bias)),
+                            &fused,
+                            finish,
+                            &scratch,
+                            (part, parts),
+                        );
+                    }
+                    assert_eq!(
+                        bits(&fused),
+                        stepped(finish, &out),
+                        "fused {finish:?}: input {input:?} kernel {kernel:?}"
+                    );
+                }
                 let fused: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
                 for part in 0..parts {
                     conv(
@@ -669,18 +711,6 @@ mod tests {
                         (part, parts),
                     );
                 }
-                let clamped = |v: &[Cell<f32>]| {
-                    v.iter()
-                        .map(|c| clamp.apply(c.get()).to_bits())
-                        .collect::<Vec<_>>()
-                };
-                let bits =
-                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&fused),
-                    clamped(&out),
-                    "fused: input {input:?} kernel {kernel:?}"
-                );
                 assert!(
                     fused.iter().any(|c| c.get() == 0.5) && fused.iter().any(|c| c.get() == -0.25)
                 );
@@ -720,24 +750,26 @@ mod tests {
                     bits(&out),
                     "packed: input {input:?} kernel {kernel:?}"
                 );
-                for part in 0..parts {
-                    conv(
-                        &s,
-                        Some(&p),
-                        Src::Weight(&x),
-                        Src::Weight(&packed_weight),
-                        Some(Src::Weight(&bias)),
-                        &again,
-                        Finish::Clamp(clamp),
-                        &scratch,
-                        (part, parts),
+                for finish in finishes {
+                    for part in 0..parts {
+                        conv(
+                            &s,
+                            Some(&p),
+                            Src::Weight(&x),
+                            Src::Weight(&packed_weight),
+                            Some(Src::Weight(&bias)),
+                            &again,
+                            finish,
+                            &scratch,
+                            (part, parts),
+                        );
+                    }
+                    assert_eq!(
+                        bits(&again),
+                        stepped(finish, &out),
+                        "packed and fused {finish:?}: input {input:?} kernel {kernel:?}"
                     );
                 }
-                assert_eq!(
-                    bits(&again),
-                    clamped(&out),
-                    "packed and fused: input {input:?} kernel {kernel:?}"
-                );
             }
         }
     }

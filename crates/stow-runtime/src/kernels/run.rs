@@ -717,10 +717,10 @@ fn matmul(
                     &dst,
                     cols.clone()
                 )));
-                if let gemm::Finish::Clamp(f) = mm.finish {
+                if mm.finish != gemm::Finish::Keep {
                     for col in cols.clone() {
                         let cell = &c[dst.offset + col * dst.cs];
-                        cell.set(f.apply(cell.get()));
+                        cell.set(mm.finish.value(cell.get()));
                     }
                 }
                 continue;
