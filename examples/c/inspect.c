@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
     printf("tensors  %u\n", h.tensor_count);
     printf("  %4s  ", "id");
     pad_left((const uint8_t *)"name", 4, width);
-    printf("  %-10s  %-5s  %-18s  %12s  %10s  %5s  %5s  alias\n", "kind", "dtype", "shape", "offset",
+    printf("  %-10s  %-5s  %-18s  %12s  %10s  %5s  %5s  notes\n", "kind", "dtype", "shape", "offset",
            "size", "first", "last");
     for (uint32_t id = 0; id < h.tensor_count; id++) {
         stow_tensor_record r = record(&b, id);
