@@ -8,18 +8,15 @@
 //! quantize–float operator–dequantize patterns become these
 //! ([`crate::qoperator::fuse_qdq`]).
 //!
-//! Each computes the operator's definition through f32, element by
-//! element, so that the runtime's kernel and this evaluation agree bit
-//! for bit: dequantize as ONNX DequantizeLinear does (`(x − zero)·scale`
-//! in f32), apply the float operator, quantize as QuantizeLinear does
-//! (divide by the scale, round half to even, add the zero point,
-//! saturate). The one exception is the average pool, computed as
-//! onnxruntime's MLAS does (an i32 sum, one combined f32 scale, its
-//! requantisation of a product's sums; the runtime's function). For
-//! QLinearAdd this is also what MLAS's AVX2 kernel computes for finite
-//! values; its other kernels (and QLinearMul's) use fixed point or a
-//! combined scale, which may round a value to the neighbouring integer.
+//! Each computes what onnxruntime computes, with the runtime's own
+//! functions, so that the runtime's kernel and this evaluation agree bit
+//! for bit: QLinearAdd and QLinearMul with MLAS's f32 arithmetic
+//! ([`stow_runtime::kernels::qpointwise::Formula`], which says how it
+//! differs from the definition's order and why), the average pool as an
+//! i32 sum, one combined f32 scale and the requantisation of a product's
+//! sums ([`stow_runtime::kernels::qpointwise::pooled`]).
 
+use stow_runtime::kernels::qpointwise::{Combine, Formula};
 use tract_onnx::pb::NodeProto;
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::ops::einsum::EinSum;
@@ -40,12 +37,6 @@ fn scalar(t: &Tensor, what: &str) -> TractResult<f32> {
     t.cast_to_scalar::<f32>()
 }
 
-/// QuantizeLinear of one value.
-#[inline]
-fn quantize(v: f32, scale: f32, zero: f32, (lo, hi): (f32, f32)) -> f32 {
-    ((v / scale).round_ties_even() + zero).clamp(lo, hi)
-}
-
 /// Which element-wise operator.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub(crate) enum BinaryKind {
@@ -55,7 +46,8 @@ pub(crate) enum BinaryKind {
     Mul,
 }
 
-/// `quantize(dequantize(a) ∘ dequantize(b))` with numpy broadcasting, all
+/// `quantize(dequantize(a) ∘ dequantize(b))` in onnxruntime's arithmetic
+/// ([`Formula`]) with numpy broadcasting, all
 /// parameters per tensor. Inputs: a, a's scale, a's zero point, b, b's
 /// scale, b's zero point, the output's scale and zero point (the output
 /// has the type of its zero point).
@@ -63,16 +55,6 @@ pub(crate) enum BinaryKind {
 pub(crate) struct QLinearBinary {
     /// Addition or multiplication.
     pub kind: BinaryKind,
-}
-
-impl BinaryKind {
-    #[inline]
-    fn apply(self, a: f32, b: f32) -> f32 {
-        match self {
-            BinaryKind::Add => a + b,
-            BinaryKind::Mul => a * b,
-        }
-    }
 }
 
 impl Op for QLinearBinary {
@@ -101,22 +83,40 @@ impl EvalOp for QLinearBinary {
         let (c_s, c_z) = (p(6, "output scale")?, p(7, "output zero")?);
         let out_dt = inputs[7].datum_type();
         let bounds = range(out_dt)?;
-        let dequantized = |x: &TValue, s: f32, z: f32| -> TractResult<tract_ndarray::ArrayD<f32>> {
+        let values = |x: &TValue| -> TractResult<tract_ndarray::ArrayD<f32>> {
             range(x.datum_type())?;
-            let x = x.cast_to::<f32>()?;
-            Ok(x.to_plain_array_view::<f32>()?.mapv(|v| (v - z) * s))
+            Ok(x.cast_to::<f32>()?.to_plain_array_view::<f32>()?.to_owned())
         };
-        let a = dequantized(&inputs[0], a_s, a_z)?;
-        let b = dequantized(&inputs[3], b_s, b_z)?;
+        let (a, b) = (values(&inputs[0])?, values(&inputs[3])?);
         let shape = tract_onnx::tract_core::broadcast::multi_broadcast(&[a.shape(), b.shape()])?;
+        // The runtime's rows run along the output's last axis longer than
+        // one; an operand that stays put along it joins the formula's
+        // constant part (`Formula::with_a`, `with_b`).
+        let last = shape.iter().rposition(|&d| d > 1);
+        let put = |x: &tract_ndarray::ArrayD<f32>| {
+            last.is_some_and(|k| {
+                let lead = shape.len() - x.ndim();
+                k < lead || x.shape()[k - lead] == 1
+            })
+        };
+        let (a_put, b_put) = (put(&a), put(&b));
         let (a, b) = (
             a.broadcast(&*shape).context("broadcast a")?,
             b.broadcast(&*shape).context("broadcast b")?,
         );
-        let kind = self.kind;
-        let y = tract_ndarray::Zip::from(&a)
-            .and(&b)
-            .map_collect(|&x, &y| quantize(kind.apply(x, y), c_s, c_z, bounds));
+        let combine = match self.kind {
+            BinaryKind::Add => Combine::Add,
+            BinaryKind::Mul => Combine::Mul,
+        };
+        let f = Formula::new(combine, (a_s, a_z), (b_s, b_z), (c_s, c_z), bounds);
+        let y = tract_ndarray::Zip::from(&a).and(&b).map_collect(|&x, &w| {
+            let g = match (a_put, b_put) {
+                (false, true) => f.with_b(w),
+                (true, false) => f.with_a(x),
+                _ => f,
+            };
+            g.one(x, w)
+        });
         Ok(tvec!(y
             .into_tensor()
             .cast_to_dt(out_dt)?

@@ -140,11 +140,13 @@ pub fn zip_row<T: Copy, U: Copy>(
     let mut j = 0;
     while j + LANES <= n {
         let (o, x, y) = (&out[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
-        let x: [T; LANES] = core::array::from_fn(|i| x.load(i));
-        let y: [T; LANES] = core::array::from_fn(|i| y.load(i));
-        let r: [U; LANES] = core::array::from_fn(|i| f(x[i], y[i]));
-        for i in 0..LANES {
-            o[i].set(r[i]);
+        // Plain loops, as in [`map_row`].
+        let mut r = [f(x.load(0), y.load(0)); LANES];
+        for (i, v) in r.iter_mut().enumerate().skip(1) {
+            *v = f(x.load(i), y.load(i));
+        }
+        for (c, v) in o.iter().zip(r) {
+            c.set(v);
         }
         j += LANES;
     }
@@ -160,10 +162,15 @@ pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T)
     let mut j = 0;
     while j + LANES <= n {
         let (o, x) = (&out[j..j + LANES], a.sub(j, LANES));
-        let x: [T; LANES] = core::array::from_fn(|i| x.load(i));
-        let r: [U; LANES] = core::array::from_fn(|i| f(x[i]));
-        for i in 0..LANES {
-            o[i].set(r[i]);
+        // Plain loops, not `array::from_fn`: its closures are not always
+        // inlined into the vector body (the QLinearMul of a gate ran one
+        // call per element).
+        let mut r = [f(x.load(0)); LANES];
+        for (i, v) in r.iter_mut().enumerate().skip(1) {
+            *v = f(x.load(i));
+        }
+        for (c, v) in o.iter().zip(r) {
+            c.set(v);
         }
         j += LANES;
     }

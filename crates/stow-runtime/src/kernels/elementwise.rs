@@ -299,8 +299,8 @@ fn logistic_row_avx2<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
 /// through [`exp_neg_abs`]: within a few ulps of the libm formula, and
 /// every step a plain arithmetic operation or select, so each chunk
 /// vectorises. The chunks are plain loops over arrays, not
-/// [`map_row`]'s `array::from_fn`: that is a function of its own, not
-/// compiled for AVX2, and it was not inlined into the AVX2 copy.
+/// `array::from_fn`: that is a function of its own, not compiled for
+/// AVX2, and it was not inlined into the AVX2 copy.
 #[inline(always)]
 pub fn logistic_row<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
     const CHUNK: usize = 16;

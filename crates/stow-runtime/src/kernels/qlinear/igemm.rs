@@ -66,7 +66,8 @@ pub type Tile = [[i32; NR]; MR];
 pub enum Isa {
     /// Plain Rust.
     Portable,
-    /// AVX2: `vpmovzxbw`/`vpmovsxbw` and `vpmaddwd`.
+    /// AVX2 (and FMA, which the element-wise operators' rows use):
+    /// `vpmovzxbw`/`vpmovsxbw` and `vpmaddwd`.
     Avx2,
     /// AVX-512 with VNNI: `vpdpbusd`.
     Vnni,
@@ -84,7 +85,7 @@ impl Isa {
             {
                 return Isa::Vnni;
             }
-            if std::is_x86_feature_detected!("avx2") {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 return Isa::Avx2;
             }
         }
@@ -97,7 +98,7 @@ impl Isa {
             )) {
                 return Isa::Vnni;
             }
-            if cfg!(target_feature = "avx2") {
+            if cfg!(all(target_feature = "avx2", target_feature = "fma")) {
                 return Isa::Avx2;
             }
         }
