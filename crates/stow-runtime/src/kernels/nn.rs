@@ -438,7 +438,12 @@ fn max_pool_rows<T: Ordered>(w: &Window, planes: Range<usize>, x: impl Load<T>, 
                         let mut i = 0;
                         while i + 16 <= inner.len() {
                             let s = seg.sub(2 * i, 33);
-                            let v: [T; 33] = core::array::from_fn(|k| s.load(k));
+                            // Copied by a plain loop: `from_fn` loads
+                            // them one by one.
+                            let mut v = [T::LOWEST; 33];
+                            for (k, v) in v.iter_mut().enumerate() {
+                                *v = s.load(k);
+                            }
                             let m: &mut [T] = &mut inner[i..i + 16];
                             for t in 0..3 {
                                 for (l, m) in m.iter_mut().enumerate() {

@@ -63,6 +63,9 @@ struct Geometry {
     dx: usize,
     /// How bands of rows are computed at once, where one row fits.
     band: Option<Band>,
+    /// For each tap of a band: its phase plane, and the row and column
+    /// in it of output (0, 0)'s input (worked out once per call).
+    tap_at: [(usize, usize, usize); TAPS],
 }
 
 /// Bands of output rows computed together (where a band of at least one
@@ -203,6 +206,16 @@ impl QConv {
             px,
             dx,
             band: None,
+            tap_at: core::array::from_fn(|t| {
+                let (sy, dy) = (win.strides[1], win.dilations[1]);
+                if t >= kh * kw || sy == 0 {
+                    return (0, 0, 0);
+                }
+                let (ty, tx) = (t / kw, t % kw);
+                let (oy, iy) = (ty * dy / sy, ty * dy % sy);
+                let (ox, ix) = (tx * dx / sx, tx * dx % sx);
+                (iy * sx + ix, oy, ox)
+            }),
         };
         let g = Geometry {
             band: if oh > 0 && ow > 0 && g.sy > 0 {
@@ -356,27 +369,39 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         let (sy, sx, pc) = (g.sy, g.sx, b.pc);
         let pr = b.pr(g, rows);
         let phase_len = pr * pc;
+        // Phase j of a row: columns c with 0 ≤ c·sx + j − px < iw,
+        // `lo..hi` (the same for every row: worked out once, divisions
+        // being a small plane's main cost otherwise).
+        let span_of = |j: usize| {
+            let first = g.px - j as isize;
+            let lo = if first > 0 {
+                (first as usize).div_ceil(sx).min(pc)
+            } else {
+                0
+            };
+            let end = g.iw as isize + g.px - j as isize; // c·sx < end
+            let hi = if end > 0 {
+                (end as usize).div_ceil(sx).clamp(lo, pc)
+            } else {
+                lo
+            };
+            (lo, hi)
+        };
+        let spans: [(usize, usize); 4] =
+            core::array::from_fn(|j| if j < sx { span_of(j) } else { (0, 0) });
+        let span = |j: usize| if j < 4 { spans[j] } else { span_of(j) };
+        // Row r's phase `r % sy` and row within it `r / sy`, counted.
+        let (mut ri, mut rq) = (0, 0);
         for r in 0..pr * sy {
+            let (phase_row, row_in) = (ri, rq);
+            ri += 1;
+            if ri == sy {
+                ri = 0;
+                rq += 1;
+            }
             let iy = (oy0 * sy + r) as isize - g.py;
             let inside = iy >= 0 && (iy as usize) < g.ih;
-            // Phase j of this row: columns c with 0 ≤ c·sx + j − px < iw,
-            // `lo..hi`, then where they start in the input line.
-            let span = |j: usize| {
-                let first = g.px - j as isize;
-                let lo = if first > 0 {
-                    (first as usize).div_ceil(sx).min(pc)
-                } else {
-                    0
-                };
-                let end = g.iw as isize + g.px - j as isize; // c·sx < end
-                let hi = if end > 0 {
-                    (end as usize).div_ceil(sx).clamp(lo, pc)
-                } else {
-                    lo
-                };
-                (lo, hi)
-            };
-            let at = |j: usize| ((r % sy) * sx + j) * phase_len + r / sy * pc;
+            let at = |j: usize| (phase_row * sx + j) * phase_len + row_in * pc;
             let line = xb + if inside { iy as usize * g.iw } else { 0 };
             if sx == 2 && inside {
                 // Both phases from one pass over the line where their
@@ -396,12 +421,21 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 let from = s0.min(s1);
                 if s0.abs_diff(s1) == 1 && na >= nb && na - nb <= 1 && na > 0 {
                     let src = self.x.sub(line + from as usize, na + nb);
-                    deinterleave(src, &mut first[lo_a..hi_a], &mut second[lo_b..hi_b], flip, a0);
+                    deinterleave(
+                        src,
+                        &mut first[lo_a..hi_a],
+                        &mut second[lo_b..hi_b],
+                        flip,
+                        a0,
+                    );
                 } else {
                     let j_a = if s1 < s0 { 1 } else { 0 };
-                    for (j, p, lo, hi) in [(j_a, first, lo_a, hi_a), (1 - j_a, second, lo_b, hi_b)] {
+                    for (j, p, lo, hi) in [(j_a, first, lo_a, hi_a), (1 - j_a, second, lo_b, hi_b)]
+                    {
                         if lo < hi {
-                            let src = self.x.sub(line + start(j, lo) as usize, (hi - lo - 1) * 2 + 1);
+                            let src = self
+                                .x
+                                .sub(line + start(j, lo) as usize, (hi - lo - 1) * 2 + 1);
                             for (i, cell) in p[lo..hi].iter_mut().enumerate() {
                                 *cell = i16::from(src.load(2 * i) ^ flip) - a0;
                             }
@@ -432,16 +466,8 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         // Each tap: where its run starts in `phases`, and its weight.
         let ntaps = g.kh * g.kw;
         let mut offs = [(0usize, 0i32); TAPS];
-        for ty in 0..g.kh {
-            let (oy, iy) = (ty * g.dy / sy, ty * g.dy % sy);
-            for tx in 0..g.kw {
-                let (ox, ix) = (tx * g.dx / sx, tx * g.dx % sx);
-                let t = ty * g.kw + tx;
-                offs[t] = (
-                    (iy * sx + ix) * phase_len + oy * pc + ox,
-                    i32::from(taps[t]),
-                );
-            }
+        for (t, (o, &(phase, oy, ox))) in offs.iter_mut().zip(&g.tap_at).take(ntaps).enumerate() {
+            *o = (phase * phase_len + oy * pc + ox, i32::from(taps[t]));
         }
         let run = b.run(g, rows);
         accumulate(&phases[..], &offs[..ntaps], &mut sums[..run]);
@@ -487,10 +513,9 @@ fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
         return;
     }
     let sixteen = |c: usize, dst: &mut [i16]| {
-        let s = src.sub(c, 16);
-        let bytes: [u8; 16] = core::array::from_fn(|i| s.load(i) ^ flip);
+        let bytes: [u8; 16] = copy(src.sub(c, 16));
         for (d, b) in dst[c..c + 16].iter_mut().zip(bytes) {
-            *d = i16::from(b) - a0;
+            *d = i16::from(b ^ flip) - a0;
         }
     };
     let mut c = 0;
@@ -501,6 +526,18 @@ fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
     if c < n {
         sixteen(n - 16, dst);
     }
+}
+
+/// The `N` bytes of `src` (exactly that long), copied as they are: a loop
+/// the compiler turns into one vector load, where loading and changing
+/// each byte in one go (or `array::from_fn`) loads them one by one.
+#[inline(always)]
+fn copy<X: Load<u8>, const N: usize>(src: X) -> [u8; N] {
+    let mut bytes = [0u8; N];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = src.load(i);
+    }
+    bytes
 }
 
 /// Zeroes `dst` outside `lo..hi` (the padding), element by element: the
@@ -528,22 +565,20 @@ fn deinterleave<X: Load<u8>>(src: X, even: &mut [i16], odd: &mut [i16], flip: u8
     let pairs = m.min(src.count() / 2);
     let mut c = 0;
     while c + 16 <= pairs {
-        let s = src.sub(2 * c, 32);
-        let bytes: [u8; 32] = core::array::from_fn(|i| s.load(i) ^ flip);
+        let bytes: [u8; 32] = copy(src.sub(2 * c, 32));
         for l in 0..16 {
-            even[c + l] = i16::from(bytes[2 * l]) - a0;
-            odd[c + l] = i16::from(bytes[2 * l + 1]) - a0;
+            even[c + l] = i16::from(bytes[2 * l] ^ flip) - a0;
+            odd[c + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
         }
         c += 16;
     }
     if c < pairs && pairs >= 16 {
         // The last sixteen pairs, overlapping the ones before.
         let c0 = pairs - 16;
-        let s = src.sub(2 * c0, 32);
-        let bytes: [u8; 32] = core::array::from_fn(|i| s.load(i) ^ flip);
+        let bytes: [u8; 32] = copy(src.sub(2 * c0, 32));
         for l in 0..16 {
-            even[c0 + l] = i16::from(bytes[2 * l]) - a0;
-            odd[c0 + l] = i16::from(bytes[2 * l + 1]) - a0;
+            even[c0 + l] = i16::from(bytes[2 * l] ^ flip) - a0;
+            odd[c0 + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
         }
         c = pairs;
     }
