@@ -1,19 +1,19 @@
 //! Depthwise quantized convolutions (one input and one output channel per
-//! group, 2-d), computed directly: per output row, each tap adds
-//! `(x − a0)·(w − b0)` over the run of output columns whose input column
-//! is inside the image, into a row of i32 sums. Padding adds nothing, as
-//! in the reference loops (it holds a's zero point), and the sums are the
-//! reference's modulo 2³² (wrapping i32, in another order), so the outputs
-//! are the reference's bit for bit. Each input line a tap row reads is
-//! first widened to i16 `x − a0` and split by column phase (column
-//! `p + sx·j` at `line[p·len + j]` for column stride `sx`), so that every
-//! tap's run is one contiguous slice and the inner loop vectorises; no
-//! packing, no scratch. The last [`RING`] widened lines are kept (where
-//! the stack buffer holds them), so that
-//! the output rows sharing an input line (all of a 3×3 window's but one,
-//! at stride 1) widen it once. The loops are compiled once per
-//! instruction set (AVX-512, AVX2, the baseline) from one generic body:
-//! the baseline has no 32-bit vector multiply.
+//! group, 2-d), computed directly: each tap adds `(x − a0)·(w − b0)` over
+//! the output columns whose input column is inside the image, into i32
+//! sums. Padding adds nothing, as in the reference loops (it holds a's
+//! zero point), and the sums are the reference's modulo 2³² (wrapping i32,
+//! in another order), so the outputs are the reference's bit for bit. The
+//! input is first widened to i16 `x − a0` and split by column phase, so
+//! that every tap's run is one contiguous slice and the inner loop
+//! vectorises; no packing, no scratch. Where a band of output rows fits
+//! the stack buffers ([`Band`]), its padded input is widened once and each
+//! tap is one run over all its rows; otherwise per output row, the last
+//! [`RING`] widened lines kept so that the output rows sharing an input
+//! line (all of a 3×3 window's but one, at stride 1) widen it once. The
+//! loops are compiled once per instruction set (AVX-512, AVX2, the
+//! baseline) from one generic body: the baseline has no 32-bit vector
+//! multiply.
 
 use super::epilogue::{self, Line};
 use super::fast::Domains;
@@ -31,7 +31,7 @@ const TAPS: usize = 64;
 const LINES: usize = 4096;
 /// Widened input lines kept at most (a 3×3 window's rows).
 const RING: usize = 3;
-/// i32 sums of one whole plane ([`Whole`]), on the stack.
+/// i32 sums of one band of rows ([`Band`]), on the stack.
 const PLANE_SUMS: usize = 4096;
 
 /// What every plane of one convolution shares.
@@ -61,39 +61,62 @@ struct Geometry {
     a0: i16,
     px: isize,
     dx: usize,
-    /// How a whole plane is computed at once, where it is small enough.
-    whole: Option<Whole>,
+    /// How bands of rows are computed at once, where one row fits.
+    band: Option<Band>,
+    /// For each tap of a band: its phase plane, and the row and column
+    /// in it of output (0, 0)'s input (worked out once per call).
+    tap_at: [(usize, usize, usize); TAPS],
 }
 
-/// A plane computed whole rather than by rows (its rows are short, where
-/// a vector loop over one output row spends itself on its ends): the
-/// padded input widened once into `sy·sx` phase planes of `pr × pc`
-/// (padded row `sy·r + i`, column `sx·c + j` in phase `(i, j)`, zero
-/// outside the image), so that each tap adds one contiguous run of
-/// `(oh − 1)·pc + ow` sums, the output's rows `pc` apart (the columns
-/// between them are sums nobody reads).
+/// Bands of output rows computed together (where a band of at least one
+/// row fits the stack buffers): the band's padded input widened once into
+/// `sy·sx` phase planes of `pr × pc` (padded row `sy·r + i`, column
+/// `sx·c + j` in phase `(i, j)`, zero outside the image), so that each
+/// tap adds one contiguous run of `(rows − 1)·pc + ow` sums, the output's
+/// rows `pc` apart (the columns between them are sums nobody reads). The
+/// run is taken [`CHUNK`] sums at a time with every tap added into
+/// registers before one store, where a row at a time spent itself on
+/// short rows' ends and on a load and store of the sums per tap.
 #[derive(Clone, Copy)]
-struct Whole {
-    pr: usize,
+struct Band {
+    /// Output rows per band (the last may have fewer).
+    rows: usize,
     pc: usize,
 }
 
-impl Whole {
-    /// The layout of a plane of `g`, if its widened phases fit the line
-    /// buffer ([`LINES`]) and its sums [`PLANE_SUMS`].
-    fn of(g: &Geometry) -> Option<Whole> {
-        let reach_y = (g.oh - 1) * g.sy + (g.kh - 1) * g.dy + 1;
+/// Sums held in registers while every tap is added (two AVX-512 vectors).
+const CHUNK: usize = 32;
+
+impl Band {
+    /// The largest band of `g` whose widened phases fit the line buffer
+    /// ([`LINES`]) and whose sums fit [`PLANE_SUMS`]; `None` if not even
+    /// one row does.
+    fn of(g: &Geometry) -> Option<Band> {
         let reach_x = (g.ow - 1) * g.sx + (g.kw - 1) * g.dx + 1;
-        let (pr, pc) = (reach_y.div_ceil(g.sy), reach_x.div_ceil(g.sx));
-        let w = Whole { pr, pc };
-        let fits = g.sy * g.sx * pr * pc <= LINES && w.run(g) <= PLANE_SUMS;
-        // Rows as long as a vector loop likes gain nothing.
-        (fits && g.ow < 64).then_some(w)
+        let pc = reach_x.div_ceil(g.sx);
+        let fits = |rows: usize| {
+            let b = Band { rows, pc };
+            g.sy * g.sx * b.pr(g, rows) * pc <= LINES && b.run(g, rows) <= PLANE_SUMS
+        };
+        if !fits(1) {
+            return None;
+        }
+        // Grows while it fits: at most `oh` steps, once per call.
+        let mut rows = 1;
+        while rows < g.oh && fits(rows + 1) {
+            rows += 1;
+        }
+        Some(Band { rows, pc })
     }
 
-    /// Sums of one tap's run.
-    fn run(&self, g: &Geometry) -> usize {
-        (g.oh - 1) * self.pc + g.ow
+    /// Rows of each phase plane for a band of `rows` output rows.
+    fn pr(&self, g: &Geometry, rows: usize) -> usize {
+        ((rows - 1) * g.sy + (g.kh - 1) * g.dy + 1).div_ceil(g.sy)
+    }
+
+    /// Sums of one tap's run over a band of `rows` output rows.
+    fn run(&self, g: &Geometry, rows: usize) -> usize {
+        (rows - 1) * self.pc + g.ow
     }
 }
 
@@ -182,11 +205,21 @@ impl QConv {
             a0: a0.into(),
             px,
             dx,
-            whole: None,
+            band: None,
+            tap_at: core::array::from_fn(|t| {
+                let (sy, dy) = (win.strides[1], win.dilations[1]);
+                if t >= kh * kw || sy == 0 {
+                    return (0, 0, 0);
+                }
+                let (ty, tx) = (t / kw, t % kw);
+                let (oy, iy) = (ty * dy / sy, ty * dy % sy);
+                let (ox, ix) = (tx * dx / sx, tx * dx % sx);
+                (iy * sx + ix, oy, ox)
+            }),
         };
         let g = Geometry {
-            whole: if oh > 0 && ow > 0 && g.sy > 0 {
-                Whole::of(&g)
+            band: if oh > 0 && ow > 0 && g.sy > 0 {
+                Band::of(&g)
             } else {
                 None
             },
@@ -269,10 +302,16 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                     0
                 }
             });
-            if let Some(whole) = g.whole {
-                self.whole(&whole, xb, &taps, &mut ring, &mut sums);
-                let n = g.oh * ow;
-                epilogue::row(self.isa, &sums[..n], None, &requant, self.out, ob);
+            if let Some(band) = g.band {
+                let mut oy0 = 0;
+                while oy0 < g.oh {
+                    let rows = band.rows.min(g.oh - oy0);
+                    self.band(&band, xb, oy0, rows, &taps, &mut ring, &mut sums);
+                    let n = rows * ow;
+                    let at = ob + oy0 * ow;
+                    epilogue::row(self.isa, &sums[..n], None, &requant, self.out, at);
+                    oy0 += rows;
+                }
                 continue;
             }
             // The input line each ring slot holds (none yet).
@@ -310,50 +349,111 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
         }
     }
 
-    /// The sums of the plane whose input starts at `xb`, its output rows
-    /// left `ow` apart at the start of `sums` ([`Whole`]); `phases` holds
-    /// the widened input.
+    /// The sums of output rows `oy0..oy0 + rows` of the plane whose input
+    /// starts at `xb`, left `ow` apart at the start of `sums` ([`Band`]);
+    /// `phases` holds the widened input.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn whole(
+    fn band(
         &self,
-        w: &Whole,
+        b: &Band,
         xb: usize,
+        oy0: usize,
+        rows: usize,
         taps: &[i16; TAPS],
         phases: &mut [i16; LINES],
         sums: &mut [i32; PLANE_SUMS],
     ) {
         let g = self.g;
         let (flip, a0) = (g.flips.0, g.a0);
-        let (sy, sx, pr, pc) = (g.sy, g.sx, w.pr, w.pc);
+        let (sy, sx, pc) = (g.sy, g.sx, b.pc);
+        let pr = b.pr(g, rows);
         let phase_len = pr * pc;
+        // Phase j of a row: columns c with 0 ≤ c·sx + j − px < iw,
+        // `lo..hi` (the same for every row: worked out once, divisions
+        // being a small plane's main cost otherwise).
+        let span_of = |j: usize| {
+            let first = g.px - j as isize;
+            let lo = if first > 0 {
+                (first as usize).div_ceil(sx).min(pc)
+            } else {
+                0
+            };
+            let end = g.iw as isize + g.px - j as isize; // c·sx < end
+            let hi = if end > 0 {
+                (end as usize).div_ceil(sx).clamp(lo, pc)
+            } else {
+                lo
+            };
+            (lo, hi)
+        };
+        let spans: [(usize, usize); 4] =
+            core::array::from_fn(|j| if j < sx { span_of(j) } else { (0, 0) });
+        let span = |j: usize| if j < 4 { spans[j] } else { span_of(j) };
+        // Row r's phase `r % sy` and row within it `r / sy`, counted.
+        let (mut ri, mut rq) = (0, 0);
         for r in 0..pr * sy {
-            let iy = r as isize - g.py;
+            let (phase_row, row_in) = (ri, rq);
+            ri += 1;
+            if ri == sy {
+                ri = 0;
+                rq += 1;
+            }
+            let iy = (oy0 * sy + r) as isize - g.py;
             let inside = iy >= 0 && (iy as usize) < g.ih;
+            let at = |j: usize| (phase_row * sx + j) * phase_len + row_in * pc;
+            let line = xb + if inside { iy as usize * g.iw } else { 0 };
+            if sx == 2 && inside {
+                // Both phases from one pass over the line where their
+                // columns alternate (the one starting first as long as the
+                // other or one longer).
+                let (p0, rest) = phases[at(0)..].split_at_mut(phase_len);
+                let mut ph = [(&mut p0[..pc], span(0)), (&mut rest[..pc], span(1))];
+                let start = |j: usize, lo: usize| (lo * 2 + j) as isize - g.px;
+                let (s0, s1) = (start(0, ph[0].1 .0), start(1, ph[1].1 .0));
+                if s1 < s0 {
+                    ph.swap(0, 1);
+                }
+                let [(first, (lo_a, hi_a)), (second, (lo_b, hi_b))] = ph;
+                clear_outside(first, lo_a, hi_a);
+                clear_outside(second, lo_b, hi_b);
+                let (na, nb) = (hi_a - lo_a, hi_b - lo_b);
+                let from = s0.min(s1);
+                if s0.abs_diff(s1) == 1 && na >= nb && na - nb <= 1 && na > 0 {
+                    let src = self.x.sub(line + from as usize, na + nb);
+                    deinterleave(
+                        src,
+                        &mut first[lo_a..hi_a],
+                        &mut second[lo_b..hi_b],
+                        flip,
+                        a0,
+                    );
+                } else {
+                    let j_a = if s1 < s0 { 1 } else { 0 };
+                    for (j, p, lo, hi) in [(j_a, first, lo_a, hi_a), (1 - j_a, second, lo_b, hi_b)]
+                    {
+                        if lo < hi {
+                            let src = self
+                                .x
+                                .sub(line + start(j, lo) as usize, (hi - lo - 1) * 2 + 1);
+                            for (i, cell) in p[lo..hi].iter_mut().enumerate() {
+                                *cell = i16::from(src.load(2 * i) ^ flip) - a0;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
             for j in 0..sx {
-                let at = ((r % sy) * sx + j) * phase_len + r / sy * pc;
-                let dst = &mut phases[at..at + pc];
-                // Columns c with 0 ≤ c·sx + j − px < iw.
-                let first = g.px - j as isize;
-                let lo = if first > 0 {
-                    (first as usize).div_ceil(sx).min(pc)
-                } else {
-                    0
-                };
-                let end = g.iw as isize + g.px - j as isize; // c·sx < end
-                let hi = if end > 0 {
-                    (end as usize).div_ceil(sx).clamp(lo, pc)
-                } else {
-                    lo
-                };
+                let (lo, hi) = span(j);
+                let dst = &mut phases[at(j)..at(j) + pc];
                 if !inside || lo == hi {
                     dst.fill(0);
                     continue;
                 }
-                dst[..lo].fill(0);
-                dst[hi..].fill(0);
+                clear_outside(dst, lo, hi);
                 let start = (lo * sx + j) as isize - g.px;
-                let line = xb + iy as usize * g.iw + start as usize;
-                let src = self.x.sub(line, (hi - lo - 1) * sx + 1);
+                let src = self.x.sub(line + start as usize, (hi - lo - 1) * sx + 1);
                 if sx == 1 {
                     widen_run(src, &mut dst[lo..hi], flip, a0);
                 } else {
@@ -363,24 +463,17 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 }
             }
         }
-        let run = w.run(g);
-        let acc = &mut sums[..run];
-        acc.fill(0);
-        for ty in 0..g.kh {
-            let (oy, iy) = (ty * g.dy / sy, ty * g.dy % sy);
-            for tx in 0..g.kw {
-                let (ox, ix) = (tx * g.dx / sx, tx * g.dx % sx);
-                let wv = i32::from(taps[ty * g.kw + tx]);
-                let at = (iy * sx + ix) * phase_len + oy * pc + ox;
-                let xs = &phases[at..at + run];
-                for (a, &v) in acc.iter_mut().zip(xs) {
-                    *a = a.wrapping_add(i32::from(v) * wv);
-                }
-            }
+        // Each tap: where its run starts in `phases`, and its weight.
+        let ntaps = g.kh * g.kw;
+        let mut offs = [(0usize, 0i32); TAPS];
+        for (t, (o, &(phase, oy, ox))) in offs.iter_mut().zip(&g.tap_at).take(ntaps).enumerate() {
+            *o = (phase * phase_len + oy * pc + ox, i32::from(taps[t]));
         }
+        let run = b.run(g, rows);
+        accumulate(&phases[..], &offs[..ntaps], &mut sums[..run]);
         // The output's rows, `pc` apart, moved together (left: no row is
         // overwritten before it moves).
-        for oy in 1..g.oh {
+        for oy in 1..rows {
             sums.copy_within(oy * pc..oy * pc + g.ow, oy * g.ow);
         }
     }
@@ -404,15 +497,138 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
     }
 }
 
-/// `dst[c] = (src[c] ^ flip) − a0` over equal lengths, with both slices
-/// cut to one length first so that the loop has no bounds check and
-/// vectorises.
+/// `dst[c] = (src[c] ^ flip) − a0` over equal lengths, sixteen at a
+/// time through fixed arrays (so that the loop is vector code whatever the
+/// length: a loop over the slice vectorises by 64 and leaves short rows to
+/// a byte-at-a-time remainder), the last sixteen overlapping the ones
+/// before (the same values written twice).
 #[inline(always)]
 fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
     let n = dst.len().min(src.count());
     let (src, dst) = (src.sub(0, n), &mut dst[..n]);
-    for (c, d) in dst.iter_mut().enumerate() {
-        *d = i16::from(src.load(c) ^ flip) - a0;
+    if n < 16 {
+        for (c, d) in dst.iter_mut().enumerate() {
+            *d = i16::from(src.load(c) ^ flip) - a0;
+        }
+        return;
+    }
+    let sixteen = |c: usize, dst: &mut [i16]| {
+        let bytes: [u8; 16] = copy(src.sub(c, 16));
+        for (d, b) in dst[c..c + 16].iter_mut().zip(bytes) {
+            *d = i16::from(b ^ flip) - a0;
+        }
+    };
+    let mut c = 0;
+    while c + 16 <= n {
+        sixteen(c, dst);
+        c += 16;
+    }
+    if c < n {
+        sixteen(n - 16, dst);
+    }
+}
+
+/// The `N` bytes of `src` (exactly that long), copied as they are: a loop
+/// the compiler turns into one vector load, where loading and changing
+/// each byte in one go (or `array::from_fn`) loads them one by one.
+#[inline(always)]
+fn copy<X: Load<u8>, const N: usize>(src: X) -> [u8; N] {
+    let mut bytes = [0u8; N];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = src.load(i);
+    }
+    bytes
+}
+
+/// Zeroes `dst` outside `lo..hi` (the padding), element by element: the
+/// ranges are a few columns, shorter than a call to `memset` is worth.
+#[inline(always)]
+fn clear_outside(dst: &mut [i16], lo: usize, hi: usize) {
+    let hi = hi.max(lo).min(dst.len());
+    for cell in &mut dst[..lo.min(hi)] {
+        *cell = 0;
+    }
+    for cell in &mut dst[hi..] {
+        *cell = 0;
+    }
+}
+
+/// `even[c] = (src[2c] ^ flip) − a0` and `odd[c] = (src[2c + 1] ^ flip)
+/// − a0`, where `src` holds `even.len() + odd.len()` bytes (`odd` as long
+/// as `even` or one shorter). Sixteen pairs at a time through a fixed
+/// array, so that the split compiles to shuffles rather than a byte at a
+/// time.
+#[inline(always)]
+fn deinterleave<X: Load<u8>>(src: X, even: &mut [i16], odd: &mut [i16], flip: u8, a0: i16) {
+    let n = even.len();
+    let m = odd.len().min(n);
+    let pairs = m.min(src.count() / 2);
+    let mut c = 0;
+    while c + 16 <= pairs {
+        let bytes: [u8; 32] = copy(src.sub(2 * c, 32));
+        for l in 0..16 {
+            even[c + l] = i16::from(bytes[2 * l] ^ flip) - a0;
+            odd[c + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
+        }
+        c += 16;
+    }
+    if c < pairs && pairs >= 16 {
+        // The last sixteen pairs, overlapping the ones before.
+        let c0 = pairs - 16;
+        let bytes: [u8; 32] = copy(src.sub(2 * c0, 32));
+        for l in 0..16 {
+            even[c0 + l] = i16::from(bytes[2 * l] ^ flip) - a0;
+            odd[c0 + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
+        }
+        c = pairs;
+    }
+    for c in c..n.min(src.count().div_ceil(2)) {
+        even[c] = i16::from(src.load(2 * c) ^ flip) - a0;
+        if c < m && 2 * c + 1 < src.count() {
+            odd[c] = i16::from(src.load(2 * c + 1) ^ flip) - a0;
+        }
+    }
+}
+
+/// `sums[i] = Σ_t phases[at_t + i]·w_t` over `taps = [(at_t, w_t)]`,
+/// [`CHUNK`] sums at a time kept in registers across the taps. Exact: each
+/// product is of two i16 (|x − a0| ≤ 255, |w − b0| ≤ 32,000), the sums
+/// modulo 2³² like the reference's.
+#[inline(always)]
+fn accumulate(phases: &[i16], taps: &[(usize, i32)], sums: &mut [i32]) {
+    let run = sums.len();
+    let mut i = 0;
+    while i + CHUNK <= run {
+        let mut acc = [0i32; CHUNK];
+        for &(at, w) in taps {
+            let xs = &phases[at + i..at + i + CHUNK];
+            for (a, &x) in acc.iter_mut().zip(xs) {
+                *a = a.wrapping_add(i32::from(x) * w);
+            }
+        }
+        sums[i..i + CHUNK].copy_from_slice(&acc);
+        i += CHUNK;
+    }
+    if i < run && run >= CHUNK {
+        // The last chunk, overlapping the one before (the same sums).
+        i = run - CHUNK;
+        let mut acc = [0i32; CHUNK];
+        for &(at, w) in taps {
+            let xs = &phases[at + i..at + i + CHUNK];
+            for (a, &x) in acc.iter_mut().zip(xs) {
+                *a = a.wrapping_add(i32::from(x) * w);
+            }
+        }
+        sums[i..].copy_from_slice(&acc);
+        return;
+    }
+    let rest = &mut sums[i..];
+    rest.fill(0);
+    for &(at, w) in taps {
+        let xs = &phases[at + i..at + i + rest.len()];
+        for (a, &x) in rest.iter_mut().zip(xs) {
+            *a = a.wrapping_add(i32::from(x) * w);
+        }
     }
 }
 

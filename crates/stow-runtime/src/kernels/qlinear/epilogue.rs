@@ -237,6 +237,9 @@ mod x86 {
         let (min, max) = clip_bounds(line.zero, line.range);
         let (min, max) = (_mm512_set1_ps(min), _mm512_set1_ps(max));
         let zero = _mm512_set1_epi32(line.zero);
+        // A zero multiplier (symmetric weights: b0 = 0) adds nothing: the
+        // lane sums are not read, the same sums either way.
+        let sums = sums.filter(|_| line.m != 0);
         let mut l = 0;
         while l < n {
             let lanes = W.min(n - l);

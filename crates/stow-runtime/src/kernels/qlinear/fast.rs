@@ -92,6 +92,52 @@ const LINE0: Line = Line {
     range: (0, 0),
 };
 
+/// Rows whose lines a call keeps ([`RowLines`]): 32 KiB of stack.
+const CACHED_ROWS: usize = 1024;
+
+/// The [`Line`] of each row of one call, computed the first time a block
+/// reaches the row's group and kept for the other blocks (a row's channel
+/// look-up divides, and every block of panels visits every row again);
+/// rows past [`CACHED_ROWS`] are computed each time, as before.
+struct RowLines {
+    lines: [(usize, Line); CACHED_ROWS],
+    /// Whether group `i0 / MR`'s lines are in `lines`.
+    known: [bool; CACHED_ROWS / MR],
+}
+
+impl RowLines {
+    fn new() -> RowLines {
+        RowLines {
+            lines: [(0, LINE0); CACHED_ROWS],
+            known: [false; CACHED_ROWS / MR],
+        }
+    }
+
+    /// The lines of rows `i0..i0 + rows` (`i0` a multiple of [`MR`]),
+    /// `line(i)` computing row `i`'s where they are not kept yet.
+    #[inline]
+    fn of(
+        &mut self,
+        i0: usize,
+        rows: usize,
+        mut line: impl FnMut(usize) -> (usize, Line),
+    ) -> [(usize, Line); MR] {
+        let g = i0 / MR;
+        if g < self.known.len() && self.known[g] {
+            return core::array::from_fn(|r| self.lines[i0 + r]);
+        }
+        let mut out = [(0, LINE0); MR];
+        for (r, o) in out.iter_mut().enumerate().take(rows) {
+            *o = line(i0 + r);
+        }
+        if g < self.known.len() {
+            self.lines[i0..i0 + MR].copy_from_slice(&out);
+            self.known[g] = true;
+        }
+        out
+    }
+}
+
 /// Quads of the stack buffer a product packs into when the compiler
 /// planned less scratch than one panel (the arena had no more room at
 /// that step): 8 KiB, depths up to 1,636.
@@ -571,22 +617,18 @@ impl QConv {
                     };
                     let first = (image * c_out + ops.c0) * plane_out;
                     // The rows' lines, looked up once per group of rows
-                    // and block rather than per tile.
-                    let mut lines = (usize::MAX, [(0usize, LINE0); MR]);
+                    // rather than per tile.
+                    let mut lines = RowLines::new();
                     igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
                         let rows = MR.min(s.out_per_group - d.i0);
                         let lanes = NR.min(plane_out - d.j0);
-                        if lines.0 != d.i0 {
-                            for r in 0..rows {
-                                let o = first + (d.i0 + r) * plane_out;
-                                let (bias, scale, b0) = q.channel(o);
-                                let b0 = dom.b0(b0);
-                                let c = folded(d.row_sums[r], s.k(), a0, b0);
-                                lines.1[r] = (o, q.line(bias, scale, b0, c));
-                            }
-                            lines.0 = d.i0;
-                        }
-                        let mut at = lines.1;
+                        let mut at = lines.of(d.i0, rows, |i| {
+                            let o = first + i * plane_out;
+                            let (bias, scale, b0) = q.channel(o);
+                            let b0 = dom.b0(b0);
+                            let c = folded(d.row_sums[i - d.i0], s.k(), a0, b0);
+                            (o, q.line(bias, scale, b0, c))
+                        });
                         at.iter_mut().for_each(|(o, _)| *o += d.j0);
                         let sums = Some(&d.lane_sums[..lanes]);
                         epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);
@@ -977,24 +1019,20 @@ impl QProduct {
                 let base = |t: usize| plan.batches.offset(t, batch);
                 let out_base = base(2);
                 // With one channel per row, the rows' lines are looked
-                // up once per group of rows and block rather than per tile.
-                let mut lines = (usize::MAX, [(0usize, LINE0); MR]);
+                // up once per group of rows rather than per tile.
+                let mut lines = RowLines::new();
                 let emit = |d: Done<'_>| {
                     let rows = MR.min(plan.rows.len() - d.i0);
                     let lanes = NR.min(n - d.j0);
                     if plan.row_channels {
-                        if lines.0 != d.i0 {
-                            for r in 0..rows {
-                                let o = out_base + plan.rows.offset(2, d.i0 + r);
-                                let (bias, scale, b0) = q.channel(o);
-                                let b0 = dom.b0(b0);
-                                let (x, m) = if plan.lanes_are_a { (a0, b0) } else { (b0, a0) };
-                                let c = folded(d.row_sums[r], plan.k, x, m);
-                                lines.1[r] = (o, q.line(bias, scale, m, c));
-                            }
-                            lines.0 = d.i0;
-                        }
-                        let mut at = lines.1;
+                        let mut at = lines.of(d.i0, rows, |i| {
+                            let o = out_base + plan.rows.offset(2, i);
+                            let (bias, scale, b0) = q.channel(o);
+                            let b0 = dom.b0(b0);
+                            let (x, m) = if plan.lanes_are_a { (a0, b0) } else { (b0, a0) };
+                            let c = folded(d.row_sums[i - d.i0], plan.k, x, m);
+                            (o, q.line(bias, scale, m, c))
+                        });
                         at.iter_mut().for_each(|(o, _)| *o += d.j0);
                         let sums = Some(&d.lane_sums[..lanes]);
                         epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);

@@ -638,8 +638,11 @@ fn the_packed_path_matches_the_reference_on_random_shapes() {
 }
 
 /// Depthwise convolutions whose input lines the direct path keeps three,
-/// two or one at a time (widths up to 2,100), with dilations, uneven
-/// strides and pads, and windows up to 7×7: the reference loops' bytes.
+/// two or one at a time (widths up to 2,100), or takes in bands of rows
+/// (mobilenet's widths, up to 120 rows: several bands, a short last one,
+/// both column phases of stride 2 split in one pass), with dilations,
+/// uneven strides and pads, and windows up to 7×7: the reference loops'
+/// bytes.
 #[test]
 fn depthwise_rows_match_the_reference_on_wide_and_dilated_windows() {
     let before = packed_runs();
@@ -647,11 +650,11 @@ fn depthwise_rows_match_the_reference_on_wide_and_dilated_windows() {
     let mut rng = Rng(0xd3b7_4a11);
     let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
     let windows = [(3, 3), (5, 5), (1, 3), (3, 1), (7, 7), (2, 4)];
-    for case in 0..36 {
+    for case in 0..60 {
         let (x_type, w_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
         let out = [DType::U8, DType::I8, DType::I32][case % 3];
         let (kh, kw) = windows[case % windows.len()];
-        let w: usize = [5, 40, 1400, 2100][case / 3 % 4];
+        let w: usize = [5, 40, 1400, 2100, 112, 57][case / 3 % 6];
         // Output rows within the direct path's 1,024 columns.
         let sy = rng.int(1, 3) as usize;
         let sx = if w > 1000 {
@@ -668,7 +671,8 @@ fn depthwise_rows_match_the_reference_on_wide_and_dilated_windows() {
         );
         let groups = rng.int(1, 3) as usize;
         let reach = ((kh - 1) * dy + 1) as i64;
-        let h = rng.int(reach, reach + 5) as usize;
+        let tall = if w < 200 && w > 40 { 110 } else { 5 };
+        let h = rng.int(reach, reach + tall) as usize;
         let w = w.max((kw - 1) * dx + 1);
         let oh = (h + pt + pb - (kh - 1) * dy - 1) / sy + 1;
         let ow = (w + pl + pr - (kw - 1) * dx - 1) / sx + 1;
@@ -710,10 +714,10 @@ fn depthwise_rows_match_the_reference_on_wide_and_dilated_windows() {
         ];
         run("Conv", attributes, &ins, (out, &[1, groups, oh, ow])).unwrap();
     }
-    assert_eq!(packed_runs() - before, 36 * 3);
+    assert_eq!(packed_runs() - before, 60 * 3);
     // Every share of every run went the direct way: 1 + 2 + 3 shares
     // through the scratch, 2 through the stack.
-    assert_eq!(DEPTHWISE_RUNS.with(Cell::get) - direct, 36 * 8);
+    assert_eq!(DEPTHWISE_RUNS.with(Cell::get) - direct, 60 * 8);
 }
 
 #[test]
