@@ -3,6 +3,8 @@
 //! trail, so a failed branch is rolled back exactly.
 
 use super::gate::Gate;
+
+mod rows;
 use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
 use std::sync::Arc;
@@ -94,6 +96,10 @@ pub(super) struct Dfs {
     /// Why candidates were cut, for `STOW_PLAN_TRACE` (see [`Prunes`]).
     pub prunes: Prunes,
     depth: u32,
+    /// Scratch of [`Dfs::row_fillable`].
+    row_reach: Vec<bool>,
+    row_full: Vec<u32>,
+    row_starts: Vec<(u32, u32)>,
 }
 
 /// A run's place in the lockstep: its slice of `nodes` nodes, the node
@@ -119,6 +125,9 @@ pub(super) struct Prunes {
     pub ties: u64,
     pub hatless_dead: u64,
     pub hatless_cut: u64,
+    /// Nodes cut because the current row's full sections cannot all get a
+    /// buffer at the current offset.
+    pub rows: u64,
     pub max_depth: u32,
     /// Sum and count of depths of exhausted nodes.
     pub dead: u64,
@@ -212,6 +221,9 @@ impl Dfs {
                 ..Prunes::default()
             },
             depth: 0,
+            row_reach: Vec::new(),
+            row_full: Vec::new(),
+            row_starts: Vec::new(),
         }
     }
 
@@ -361,12 +373,16 @@ impl Dfs {
         // may start: one starting further right would leave it empty.
         let time_ties = self.time_ties;
         let mut first_full = u32::MAX;
+        self.row_full.clear();
         if self.flags.section_inference && self.flags.canonical && self.flags.monotonic_floor {
             for s in range.0 as usize..range.1 as usize {
                 if self.total[s] == 0 {
                     continue;
                 }
                 let level = self.cap.saturating_sub(self.total[s]);
+                if level == cur {
+                    self.row_full.push(s as u32);
+                }
                 if time_ties && level == cur && first_full == u32::MAX {
                     if (s as u32) < last {
                         self.prunes.ties += 1;
@@ -382,6 +398,12 @@ impl Dfs {
                     lvl2 = level;
                 }
             }
+        }
+        if !self.row_fillable(range, cur, last) {
+            self.prunes.rows += 1;
+            self.overflow = self.overflow.min(self.cap + 1);
+            self.note_dead();
+            return Flow::NotFound;
         }
         // Drop the candidates the loop below would skip before sorting:
         // sorting every unplaced buffer at every node cost more than all
