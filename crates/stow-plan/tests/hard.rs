@@ -166,3 +166,21 @@ fn search_fits_challenge_k_and_perturbed_instances_in_their_capacity() {
         assert_eq!(one.offsets, two.offsets, "{file}");
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Row inference (and every other cut) never refuses a layout that
+    /// exists: a cut rectangle, perfect or with up to 30 % of its pieces
+    /// dropped, always gets a layout at its bound, which the search finds
+    /// well within the node limit at this size, on 1 or 2 threads.
+    #[test]
+    fn search_never_refuses_a_small_cut_rectangle(
+        seed in 0u64..1_000_000, drop in 0u64..30, grid in 16u64..28, threads in 1usize..3,
+    ) {
+        let (p, _) = cut_arena(seed, grid, grid as u32, CutProfile { drop, ..SMALL });
+        let found = search(&p, Some(grid), threads);
+        proptest::prop_assert_eq!(found.arena_bytes, grid);
+        proptest::prop_assert!(check(&p, &found).is_ok(), "{:?}", check(&p, &found));
+    }
+}

@@ -373,16 +373,12 @@ impl Dfs {
         // may start: one starting further right would leave it empty.
         let time_ties = self.time_ties;
         let mut first_full = u32::MAX;
-        self.row_full.clear();
         if self.flags.section_inference && self.flags.canonical && self.flags.monotonic_floor {
             for s in range.0 as usize..range.1 as usize {
                 if self.total[s] == 0 {
                     continue;
                 }
                 let level = self.cap.saturating_sub(self.total[s]);
-                if level == cur {
-                    self.row_full.push(s as u32);
-                }
                 if time_ties && level == cur && first_full == u32::MAX {
                     if (s as u32) < last {
                         self.prunes.ties += 1;
@@ -398,12 +394,6 @@ impl Dfs {
                     lvl2 = level;
                 }
             }
-        }
-        if !self.row_fillable(range, cur, last) {
-            self.prunes.rows += 1;
-            self.overflow = self.overflow.min(self.cap + 1);
-            self.note_dead();
-            return Flow::NotFound;
         }
         // Drop the candidates the loop below would skip before sorting:
         // sorting every unplaced buffer at every node cost more than all
@@ -490,6 +480,13 @@ impl Dfs {
             self.prunes.max_depth = self.prunes.max_depth.max(self.depth);
             let flow = if !self.consistent(range, off) {
                 self.prunes.inference += 1;
+                Flow::NotFound
+            } else if !self.row_fillable(range, off, self.tie[i]) {
+                // Checked here rather than at the child's start: it fails
+                // for most children on near-perfect packings, and there it
+                // costs neither a node nor a scan of the candidates.
+                self.prunes.rows += 1;
+                self.overflow = self.overflow.min(self.cap + 1);
                 Flow::NotFound
             } else if self.flags.decompose && !cutpoints.is_empty() {
                 self.split(bufs, range, &mut cutpoints)
@@ -719,6 +716,7 @@ impl Dfs {
     }
 
     fn consistent_lazily(&mut self, range: (u32, u32), cur: u64) -> bool {
+        self.row_full.clear();
         let monotonic = self.flags.canonical && self.flags.monotonic_floor;
         if !self.flags.section_inference && !monotonic {
             return true;
@@ -741,6 +739,10 @@ impl Dfs {
             if f.saturating_add(above) > self.cap {
                 self.overflow = self.overflow.min(f.saturating_add(above));
                 return false;
+            }
+            if self.cap.checked_sub(total) == Some(cur) {
+                // Full from `cur` (see `row_fillable`).
+                self.row_full.push(s as u32);
             }
             if !unallocated {
                 continue;

@@ -6,8 +6,8 @@ use super::Dfs;
 impl Dfs {
     /// At a node at offset `cur`, after a placement with tie key `last`:
     /// a section whose unplaced bytes fill it exactly from `cur` to the cap
-    /// (its level is `cur`; the node's level pass lists them in
-    /// `row_full`, ascending) must get its next buffer at exactly `cur`.
+    /// (its level is `cur`; [`Dfs::consistent`] lists them in `row_full`,
+    /// ascending) must get its next buffer at exactly `cur`.
     /// Only an unplaced buffer whose min offset is `cur` now can still go
     /// there (whatever canonical order places from now on ends above
     /// `cur`, so a lower min offset can only rise past it), with a tie key
@@ -21,8 +21,10 @@ impl Dfs {
         let Some(span) = &self.span else {
             return true;
         };
-        let (Some(&first), Some(&last_full)) = (self.row_full.first(), self.row_full.last())
-        else {
+        if !(self.flags.section_inference && self.flags.canonical && self.flags.monotonic_floor) {
+            return true;
+        }
+        let (Some(&first), Some(&last_full)) = (self.row_full.first(), self.row_full.last()) else {
             return true;
         };
         self.row_starts.clear();
@@ -45,6 +47,22 @@ impl Dfs {
         if self.row_starts.is_empty() {
             return false;
         }
+        let verdict = self.sweep(first, last_full, from);
+        #[cfg(test)]
+        assert_eq!(
+            verdict,
+            covers(&self.row_full, &self.row_starts),
+            "the sweep disagrees with a search for a cover: full {:?}, lifetimes {:?}",
+            self.row_full,
+            self.row_starts
+        );
+        verdict
+    }
+
+    /// The sweep of [`Dfs::row_fillable`] over the candidates in
+    /// `row_starts` (start section, end section).
+    fn sweep(&mut self, first: u32, last_full: u32, from: u32) -> bool {
+        debug_assert!(from <= first);
         self.row_starts.sort_unstable();
         self.row_starts.dedup();
         // `reach[k]`: a set of disjoint lifetimes ending at or before
@@ -74,4 +92,30 @@ impl Dfs {
         }
         self.row_reach[hi - lo]
     }
+}
+
+/// Is there a set of pairwise disjoint lifetimes (`[start, end)` in
+/// sections) among `lifetimes` covering every section of `full`? By
+/// plain backtracking: the leftmost uncovered full section needs one of
+/// the lifetimes over it (the answer depends only on where the free
+/// sections start, so failures are remembered).
+#[cfg(test)]
+fn covers(full: &[u32], lifetimes: &[(u32, u32)]) -> bool {
+    fn go(full: &[u32], lifetimes: &[(u32, u32)], free_from: u32, failed: &mut Vec<u32>) -> bool {
+        let Some(&s) = full.iter().find(|&&s| s >= free_from) else {
+            return true;
+        };
+        if failed.contains(&free_from) {
+            return false;
+        }
+        let found = lifetimes
+            .iter()
+            .filter(|&&(a, b)| a >= free_from && a <= s && s < b)
+            .any(|&(_, b)| go(full, lifetimes, b, failed));
+        if !found {
+            failed.push(free_from);
+        }
+        found
+    }
+    go(full, lifetimes, 0, &mut Vec::new())
 }
