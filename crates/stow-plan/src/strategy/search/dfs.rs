@@ -54,6 +54,8 @@ pub(super) struct Dfs {
     live: Vec<u32>,
     /// Under lifetimes: each buffer's contiguous section range.
     pub span: Option<Vec<(u32, u32)>>,
+    /// Under lifetimes: the buffers whose first section is each section.
+    starts_at: Vec<Vec<u32>>,
     /// Preorder keys per buffer: (heaviest section, sections spanned,
     /// area, lifetime length, size).
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
@@ -97,9 +99,9 @@ pub(super) struct Dfs {
     pub prunes: Prunes,
     depth: u32,
     /// Scratch of [`Dfs::row_fillable`].
-    row_reach: Vec<bool>,
+    row_reach: Vec<u32>,
+    row_stamp: u32,
     row_full: Vec<u32>,
-    row_starts: Vec<(u32, u32)>,
 }
 
 /// A run's place in the lockstep: its slice of `nodes` nodes, the node
@@ -172,7 +174,13 @@ impl Dfs {
             })
             .collect();
         let mut cuts = vec![0u32; sections.len().saturating_sub(1)];
+        let mut starts_at = vec![Vec::new(); sections.len()];
         if let Some(span) = &span {
+            for (i, &(lo, _)) in span.iter().enumerate() {
+                if let Some(list) = starts_at.get_mut(lo as usize) {
+                    list.push(i as u32);
+                }
+            }
             for &(lo, hi) in span {
                 for c in &mut cuts[lo as usize..(hi as usize).saturating_sub(1)] {
                     *c += 1;
@@ -201,6 +209,7 @@ impl Dfs {
                 .collect(),
             total,
             cuts,
+            starts_at,
             trail: Vec::new(),
             size,
             align,
@@ -222,8 +231,8 @@ impl Dfs {
             },
             depth: 0,
             row_reach: Vec::new(),
+            row_stamp: 0,
             row_full: Vec::new(),
-            row_starts: Vec::new(),
         }
     }
 
@@ -366,6 +375,9 @@ impl Dfs {
         // Checking that here, before `place`, spares the trial placements
         // that made up most of the work on hard instances.
         let (mut lvl1, mut lvl1_of, mut lvl2) = (u64::MAX, usize::MAX, u64::MAX);
+        // The sections at the lowest level: after a placement there, the
+        // ones the row check must look at.
+        let mut lowest: Vec<u32> = Vec::new();
         // With time ties, placements at one offset go left to right, so a
         // section that must get a buffer at exactly `cur` (its level is
         // `cur`) left of the last placement can no longer get one, and the
@@ -390,8 +402,13 @@ impl Dfs {
                 }
                 if level < lvl1 {
                     (lvl2, lvl1, lvl1_of) = (lvl1, level, s);
+                    lowest.clear();
+                    lowest.push(s as u32);
                 } else if level < lvl2 {
                     lvl2 = level;
+                }
+                if level == lvl1 && lowest.last() != Some(&(s as u32)) {
+                    lowest.push(s as u32);
                 }
             }
         }
@@ -481,10 +498,19 @@ impl Dfs {
             let flow = if !self.consistent(range, off) {
                 self.prunes.inference += 1;
                 Flow::NotFound
-            } else if !self.row_fillable(range, off, self.tie[i]) {
+            } else if off >= lvl1
+                && !self.row_fillable(
+                    range,
+                    off,
+                    self.tie[i],
+                    (off == lvl1).then_some(&lowest[..]),
+                )
+            {
                 // Checked here rather than at the child's start: it fails
                 // for most children on near-perfect packings, and there it
-                // costs neither a node nor a scan of the candidates.
+                // costs neither a node nor a scan of the candidates. Below
+                // the lowest level no section is full from `off` (levels
+                // only rise), so there is nothing to check.
                 self.prunes.rows += 1;
                 self.overflow = self.overflow.min(self.cap + 1);
                 Flow::NotFound
@@ -716,7 +742,6 @@ impl Dfs {
     }
 
     fn consistent_lazily(&mut self, range: (u32, u32), cur: u64) -> bool {
-        self.row_full.clear();
         let monotonic = self.flags.canonical && self.flags.monotonic_floor;
         if !self.flags.section_inference && !monotonic {
             return true;
@@ -739,10 +764,6 @@ impl Dfs {
             if f.saturating_add(above) > self.cap {
                 self.overflow = self.overflow.min(f.saturating_add(above));
                 return false;
-            }
-            if self.cap.checked_sub(total) == Some(cur) {
-                // Full from `cur` (see `row_fillable`).
-                self.row_full.push(s as u32);
             }
             if !unallocated {
                 continue;
