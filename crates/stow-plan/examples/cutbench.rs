@@ -1,7 +1,8 @@
 //! How many small cut rectangles the capacity search packs at their bound
 //! within a node limit: `cargo run --release -p stow-plan --features testing
 //! --example cutbench -- GRID SEEDS DROP NODES [FIRST_SEED]` (pieces 4–16
-//! high, 3–16 steps long on a GRID × GRID rectangle, as in `tests/hard.rs`).
+//! high, 3–16 steps long on a GRID × GRID rectangle, as in `tests/hard.rs`;
+//! `ROWS=1` turns row inference on).
 
 use std::time::{Duration, Instant};
 use stow_plan::testing::{cut_arena, CutProfile};
@@ -29,13 +30,15 @@ fn main() {
     for seed in first..first + seeds {
         let (p, _) = cut_arena(seed, grid, grid as u32, profile);
         pieces += p.buffers.len();
-        let options = PlanOptions {
+        let mut options = PlanOptions {
             strategy: Strategy::Search,
             time_limit: Duration::from_secs(60),
             node_limit: Some(nodes),
             capacity: Some(grid),
             ..Default::default()
         };
+        // ROWS=1: with row inference (off by default).
+        options.search.row_inference = std::env::var_os("ROWS").is_some();
         match plan(&p, &options) {
             Ok(found) => {
                 assert!(check(&p, &found).is_ok(), "seed {seed}: checker");

@@ -122,7 +122,7 @@ proptest::proptest! {
     /// independent checker and never goes below the bound.
     #[test]
     fn every_search_plan_on_cut_rectangles_passes_the_checker(
-        seed in 0u64..1_000_000, drop in 0u64..30, mask in 0usize..512, threads in 1usize..3,
+        seed in 0u64..1_000_000, drop in 0u64..30, mask in 0usize..1024, threads in 1usize..3,
         capacity in proptest::option::of(32u64..48),
     ) {
         let (p, _) = cut_arena(seed, 32, 32, CutProfile { drop, ..SMALL });
@@ -132,7 +132,7 @@ proptest::proptest! {
             node_limit: Some(5_000),
             capacity,
             threads: Some(threads),
-            search: stow_plan::SearchOptions::combinations().nth(mask).expect("512 of them"),
+            search: stow_plan::SearchOptions::combinations().nth(mask).expect("1024 of them"),
             ..Default::default()
         };
         if let Ok(found) = plan(&p, &options) {
@@ -170,16 +170,26 @@ fn search_fits_challenge_k_and_perturbed_instances_in_their_capacity() {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
-    /// Row inference (and every other cut) never refuses a layout that
-    /// exists: a cut rectangle, perfect or with up to 30 % of its pieces
+    /// The search, with or without row inference, never refuses a layout
+    /// that exists: a cut rectangle, perfect or with up to 30 % of its pieces
     /// dropped, always gets a layout at its bound, which the search finds
     /// well within the node limit at this size, on 1 or 2 threads.
     #[test]
     fn search_never_refuses_a_small_cut_rectangle(
         seed in 0u64..1_000_000, drop in 0u64..30, grid in 16u64..28, threads in 1usize..3,
+        rows in proptest::bool::ANY,
     ) {
         let (p, _) = cut_arena(seed, grid, grid as u32, CutProfile { drop, ..SMALL });
-        let found = search(&p, Some(grid), threads);
+        let options = PlanOptions {
+            strategy: Strategy::Search,
+            time_limit: Duration::from_secs(60),
+            node_limit: Some(2_000_000),
+            capacity: Some(grid),
+            threads: Some(threads),
+            search: stow_plan::SearchOptions { row_inference: rows, ..Default::default() },
+            ..Default::default()
+        };
+        let found = plan(&p, &options).expect("a layout at the bound");
         proptest::prop_assert_eq!(found.arena_bytes, grid);
         proptest::prop_assert!(check(&p, &found).is_ok(), "{:?}", check(&p, &found));
     }

@@ -498,7 +498,8 @@ impl Dfs {
             let flow = if !self.consistent(range, off) {
                 self.prunes.inference += 1;
                 Flow::NotFound
-            } else if off >= lvl1
+            } else if self.flags.row_inference
+                && off >= lvl1
                 && !self.row_fillable(
                     range,
                     off,
