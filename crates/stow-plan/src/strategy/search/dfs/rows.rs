@@ -16,6 +16,7 @@ impl Dfs {
     /// it, a full section nothing could fill any more was noticed only
     /// once the offset rose past it, after every combination of the rest
     /// of the row had been tried.
+    ///
     /// `lowest`, when given, lists the sections that can be full (those at
     /// the lowest level before the placement), else all are looked at.
     pub(super) fn row_fillable(
