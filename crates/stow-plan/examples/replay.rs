@@ -76,6 +76,12 @@ fn main() {
                 _ => {}
             }
         }
+        // SEARCH_ON=row_inference turns on a technique that is off by default.
+        for name in std::env::var("SEARCH_ON").unwrap_or_default().split(',') {
+            if name == "row_inference" {
+                options.search.row_inference = true;
+            }
+        }
         let t = Instant::now();
         match plan(&problem, &options) {
             Ok(p) => {

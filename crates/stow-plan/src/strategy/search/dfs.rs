@@ -3,6 +3,9 @@
 //! trail, so a failed branch is rolled back exactly.
 
 use super::gate::Gate;
+
+mod rows;
+mod sections;
 use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
 use std::sync::Arc;
@@ -52,6 +55,8 @@ pub(super) struct Dfs {
     live: Vec<u32>,
     /// Under lifetimes: each buffer's contiguous section range.
     pub span: Option<Vec<(u32, u32)>>,
+    /// Under lifetimes: the buffers whose first section is each section.
+    starts_at: Vec<Vec<u32>>,
     /// Preorder keys per buffer: (heaviest section, sections spanned,
     /// area, lifetime length, size).
     pub keys: Vec<(u64, u64, u128, u64, u64)>,
@@ -94,6 +99,10 @@ pub(super) struct Dfs {
     /// Why candidates were cut, for `STOW_PLAN_TRACE` (see [`Prunes`]).
     pub prunes: Prunes,
     depth: u32,
+    /// Scratch of [`Dfs::row_fillable`].
+    row_reach: Vec<u32>,
+    row_stamp: u32,
+    row_full: Vec<u32>,
 }
 
 /// A run's place in the lockstep: its slice of `nodes` nodes, the node
@@ -119,6 +128,9 @@ pub(super) struct Prunes {
     pub ties: u64,
     pub hatless_dead: u64,
     pub hatless_cut: u64,
+    /// Nodes cut because the current row's full sections cannot all get a
+    /// buffer at the current offset.
+    pub rows: u64,
     pub max_depth: u32,
     /// Sum and count of depths of exhausted nodes.
     pub dead: u64,
@@ -163,7 +175,13 @@ impl Dfs {
             })
             .collect();
         let mut cuts = vec![0u32; sections.len().saturating_sub(1)];
+        let mut starts_at = vec![Vec::new(); sections.len()];
         if let Some(span) = &span {
+            for (i, &(lo, _)) in span.iter().enumerate() {
+                if let Some(list) = starts_at.get_mut(lo as usize) {
+                    list.push(i as u32);
+                }
+            }
             for &(lo, hi) in span {
                 for c in &mut cuts[lo as usize..(hi as usize).saturating_sub(1)] {
                     *c += 1;
@@ -192,6 +210,7 @@ impl Dfs {
                 .collect(),
             total,
             cuts,
+            starts_at,
             trail: Vec::new(),
             size,
             align,
@@ -212,6 +231,9 @@ impl Dfs {
                 ..Prunes::default()
             },
             depth: 0,
+            row_reach: Vec::new(),
+            row_stamp: 0,
+            row_full: Vec::new(),
         }
     }
 
@@ -354,6 +376,9 @@ impl Dfs {
         // Checking that here, before `place`, spares the trial placements
         // that made up most of the work on hard instances.
         let (mut lvl1, mut lvl1_of, mut lvl2) = (u64::MAX, usize::MAX, u64::MAX);
+        // The sections at the lowest level: after a placement there, the
+        // ones the row check must look at.
+        let mut lowest: Vec<u32> = Vec::new();
         // With time ties, placements at one offset go left to right, so a
         // section that must get a buffer at exactly `cur` (its level is
         // `cur`) left of the last placement can no longer get one, and the
@@ -378,8 +403,13 @@ impl Dfs {
                 }
                 if level < lvl1 {
                     (lvl2, lvl1, lvl1_of) = (lvl1, level, s);
+                    lowest.clear();
+                    lowest.push(s as u32);
                 } else if level < lvl2 {
                     lvl2 = level;
+                }
+                if level == lvl1 && lowest.last() != Some(&(s as u32)) {
+                    lowest.push(s as u32);
                 }
             }
         }
@@ -468,6 +498,23 @@ impl Dfs {
             self.prunes.max_depth = self.prunes.max_depth.max(self.depth);
             let flow = if !self.consistent(range, off) {
                 self.prunes.inference += 1;
+                Flow::NotFound
+            } else if self.flags.row_inference
+                && off >= lvl1
+                && !self.row_fillable(
+                    range,
+                    off,
+                    self.tie[i],
+                    (off == lvl1).then_some(&lowest[..]),
+                )
+            {
+                // Checked here rather than at the child's start: it fails
+                // for most children on near-perfect packings, and there it
+                // costs neither a node nor a scan of the candidates. Below
+                // the lowest level no section is full from `off` (levels
+                // only rise), so there is nothing to check.
+                self.prunes.rows += 1;
+                self.overflow = self.overflow.min(self.cap + 1);
                 Flow::NotFound
             } else if self.flags.decompose && !cutpoints.is_empty() {
                 self.split(bufs, range, &mut cutpoints)
@@ -629,126 +676,6 @@ impl Dfs {
                 }
             }
         }
-    }
-
-    /// Spatial inference over the sections of the current part, after a
-    /// placement at `cur`.
-    ///
-    /// With the unallocated floor, a section's unplaced members all go at
-    /// or above the least of their min offsets (which is at or above every
-    /// placed member's top, as each conflicts with all of them) and stack,
-    /// so that least min offset plus the unplaced bytes must fit. It is
-    /// checked here, where it is used, rather than kept up to date on
-    /// every placement: raising the stored floors visited every section of
-    /// every neighbour whose min offset rose (neighbours × their spans per
-    /// placement, half of the search's time on MiniMalloc's D), where one
-    /// member low enough (the section's witness, usually still low enough
-    /// from the last look) settles a section here.
-    fn consistent(&mut self, range: (u32, u32), cur: u64) -> bool {
-        let lazy = self.consistent_lazily(range, cur);
-        #[cfg(test)]
-        assert_eq!(
-            lazy,
-            self.consistent_by_scan(range, cur),
-            "the witnesses gave another verdict than the floors' definition"
-        );
-        lazy
-    }
-
-    /// [`Dfs::consistent`] by its definition, scanning every unplaced
-    /// member of every section: what the unit tests hold the witnesses to.
-    #[cfg(test)]
-    fn consistent_by_scan(&self, range: (u32, u32), cur: u64) -> bool {
-        let monotonic = self.flags.canonical && self.flags.monotonic_floor;
-        if !self.flags.section_inference && !monotonic {
-            return true;
-        }
-        (range.0 as usize..range.1 as usize).all(|s| {
-            let unplaced: Vec<usize> = self.sections[s]
-                .iter()
-                .map(|&u| u as usize)
-                .filter(|&u| !self.placed[u])
-                .collect();
-            let total: u64 = unplaced.iter().map(|&u| self.size[u]).sum();
-            if total == 0 {
-                return true;
-            }
-            let mut floor = self.sections[s]
-                .iter()
-                .map(|&u| u as usize)
-                .filter(|&u| self.placed[u])
-                .map(|u| self.offset[u] + self.size[u])
-                .max()
-                .unwrap_or(0);
-            if monotonic {
-                floor = floor.max(cur);
-            }
-            if self.flags.unallocated_floor {
-                let lowest = unplaced.iter().map(|&u| self.min_off[u]).min();
-                floor = floor.max(lowest.unwrap_or(0));
-            }
-            let above = if self.flags.section_inference {
-                total
-            } else {
-                0
-            };
-            floor.saturating_add(above) <= self.cap
-        })
-    }
-
-    fn consistent_lazily(&mut self, range: (u32, u32), cur: u64) -> bool {
-        let monotonic = self.flags.canonical && self.flags.monotonic_floor;
-        if !self.flags.section_inference && !monotonic {
-            return true;
-        }
-        let unallocated = self.flags.unallocated_floor;
-        for s in range.0 as usize..range.1 as usize {
-            let total = self.total[s];
-            if total == 0 {
-                continue;
-            }
-            let mut f = self.floor[s];
-            if monotonic {
-                f = f.max(cur);
-            }
-            let above = if self.flags.section_inference {
-                total
-            } else {
-                0
-            };
-            if f.saturating_add(above) > self.cap {
-                self.overflow = self.overflow.min(f.saturating_add(above));
-                return false;
-            }
-            if !unallocated {
-                continue;
-            }
-            // The floor may rise no higher than `room` for the unplaced
-            // bytes to fit: one unplaced member at or below it suffices.
-            let room = self.cap - above;
-            let w = self.witness[s] as usize;
-            if !self.placed[w] && self.min_off[w] <= room {
-                continue;
-            }
-            let mut lowest = u64::MAX;
-            let mut found = None;
-            for &u in &self.sections[s][..self.live[s] as usize] {
-                let m = self.min_off[u as usize];
-                if m <= room {
-                    found = Some(u);
-                    break;
-                }
-                lowest = lowest.min(m);
-            }
-            match found {
-                Some(u) => self.witness[s] = u,
-                None => {
-                    self.overflow = self.overflow.min(lowest.max(f).saturating_add(above));
-                    return false;
-                }
-            }
-        }
-        true
     }
 }
 
