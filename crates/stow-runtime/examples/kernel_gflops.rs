@@ -17,7 +17,7 @@ use std::time::Instant;
 use stow_runtime::kernels::cells::Src;
 use stow_runtime::kernels::gemm::{self, Dst, Strided};
 use stow_runtime::kernels::linalg::{conv, ConvShape};
-use stow_runtime::kernels::nn::Window;
+use stow_runtime::kernels::pool::Window;
 use stow_runtime::kernels::prepacked::{self, Panels, Side};
 
 /// Best seconds of `repeat` runs of `f`, after one warm-up.

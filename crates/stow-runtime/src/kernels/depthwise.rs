@@ -20,7 +20,7 @@ use super::cells::{zip_row, Load};
 use super::float::Float;
 use super::gemm::Finish;
 use super::linalg::ConvShape;
-use super::nn::Window;
+use super::pool::Window;
 use core::cell::Cell;
 
 /// Outputs summed in registers at once.

@@ -90,7 +90,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::nn::Window;
+    use crate::kernels::pool::Window;
     use alloc::vec;
     use alloc::vec::Vec;
 

@@ -3,7 +3,7 @@
 
 use super::cells::{Load, Src};
 use super::gemm::{self, Dst, Finish, PackB, Start, Strided, NR};
-use super::nn::Window;
+use super::pool::Window;
 use super::prepacked::{self, Panels};
 use core::cell::Cell;
 
@@ -415,7 +415,7 @@ pub fn deconv(
 }
 
 /// Output coordinate that input `i` reaches through tap `k` along `axis`.
-fn place(i: usize, k: usize, axis: usize, w: &super::nn::Window, n: usize) -> Option<usize> {
+fn place(i: usize, k: usize, axis: usize, w: &super::pool::Window, n: usize) -> Option<usize> {
     let at = (i * w.strides[axis] + k * w.dilations[axis]).checked_sub(w.pad[axis])?;
     (at < n).then_some(at)
 }

@@ -26,6 +26,7 @@ pub mod layout;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod pool;
 pub mod qlinear;
 pub mod qpointwise;
 pub mod quant;
@@ -51,7 +52,8 @@ use alloc::vec::Vec;
 use elementwise::Unary;
 use layout::Walk;
 use linalg::ConvShape;
-use nn::{AroundAxis, Pool, Reducer, Window};
+use nn::{AroundAxis, Reducer};
+use pool::{Pool, Window};
 use stow_bundle::DType;
 
 /// Operator types (tract's names, as bundles record them) besides the

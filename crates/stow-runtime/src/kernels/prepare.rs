@@ -6,7 +6,8 @@
 use super::float::Float;
 use super::layout::{broadcast_strides, strides_of, Walk};
 use super::linalg::ConvShape;
-use super::nn::{self, AroundAxis, Pool, Reducer, Window};
+use super::nn::{self, AroundAxis, Reducer};
+use super::pool::{self, Pool, Window};
 use super::prepacked::{self, Panels, Side, PACKED_ATTR, PACKED_LEFT_ATTR};
 use super::{gemm, BinOp, Kernel, Loc, MatMul, Operand, Unary};
 use alloc::string::{String, ToString};
@@ -471,7 +472,7 @@ pub fn prepare(
                 )
             })?;
             let (x, y) = (&ins[0], &outs[0]);
-            want(nn::max_pools(x.dtype), || {
+            want(pool::max_pools(x.dtype), || {
                 format!(
                     "tensor {} is {}; this kernel handles numbers but f16",
                     x.id,

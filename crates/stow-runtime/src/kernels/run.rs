@@ -5,8 +5,8 @@ use super::cells::{self, typed, Src};
 use super::float::Float;
 use super::layout::Walk;
 use super::{
-    arith, contract, elementwise, gemm, linalg, movement, nn, prepacked, quant, recurrent, Kernel,
-    Loc, MatMul, Operand, Step,
+    arith, contract, elementwise, gemm, linalg, movement, nn, pool, prepacked, quant, recurrent,
+    Kernel, Loc, MatMul, Operand, Step,
 };
 use core::cell::Cell;
 use stow_bundle::DType;
@@ -328,7 +328,7 @@ pub fn run_part(
                 |x| nn::reduce(*r, walk, *count, x, v.dst(&outs[0])?)
             ))
         }
-        Kernel::Pool(nn::Pool::Max, w) => {
+        Kernel::Pool(pool::Pool::Max, w) => {
             let planes = pool_planes(w, part, parts);
             let indices = match outs.get(1) {
                 Some(o) => Some(v.dst::<i64>(o)?),
@@ -337,7 +337,7 @@ pub fn run_part(
             let (x, o) = (&ins[0], &outs[0]);
             macro_rules! max_pool {
                 ($t:ty) => {
-                    crate::with_load!(v.src::<$t>(x)?, |x| nn::max_pool(
+                    crate::with_load!(v.src::<$t>(x)?, |x| pool::max_pool(
                         w,
                         planes.clone(),
                         x,
@@ -357,13 +357,13 @@ pub fn run_part(
                 DType::U16 => max_pool!(u16),
                 DType::U32 => max_pool!(u32),
                 DType::U64 => max_pool!(u64),
-                // Refused at setup (`nn::max_pools`).
+                // Refused at setup (`pool::max_pools`).
                 DType::F16 | DType::Bool => return Err(Failure::View(x.id)),
             }
         }
         Kernel::Pool(kind, w) => {
             let planes = pool_planes(w, part, parts);
-            crate::with_load!(v.src(&ins[0])?, |x| nn::pool(
+            crate::with_load!(v.src(&ins[0])?, |x| pool::pool(
                 *kind,
                 w,
                 planes,
@@ -375,7 +375,7 @@ pub fn run_part(
             spatial,
             per_plane,
             column_major,
-        } => nn::max_pool_indices(
+        } => pool::max_pool_indices(
             spatial,
             *per_plane,
             *column_major,
@@ -549,7 +549,7 @@ pub fn run_part(
 }
 
 /// Planes of a pooling step that share `part` of `parts` computes.
-fn pool_planes(w: &nn::Window, part: usize, parts: usize) -> core::ops::Range<usize> {
+fn pool_planes(w: &pool::Window, part: usize, parts: usize) -> core::ops::Range<usize> {
     let per = w.planes.div_ceil(parts);
     (part * per).min(w.planes)..((part + 1) * per).min(w.planes)
 }

@@ -202,7 +202,7 @@ fn pooling_shares_equal_the_whole() {
         let (py, px) = (rng.below(kh), rng.below(kw));
         let oh = (ih + 2 * py - kh) / sy + 1;
         let ow = (iw + 2 * px - kw) / sx + 1;
-        let w = nn::Window {
+        let w = pool::Window {
             planes,
             input: [1, ih, iw],
             output: [1, oh, ow],

@@ -1,0 +1,577 @@
+//! Window operators over f32 tensors and max pooling over any number
+//! type: max and average pooling, the indices of a max pool.
+
+use super::cells::{Load, Src};
+use core::cell::Cell;
+use core::ops::Range;
+use stow_bundle::DType;
+
+/// Geometry of a window op over `planes` planes of up to three spatial
+/// dimensions (depth, height, width; 1-D and 2-D ops have leading
+/// dimensions of size 1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Window {
+    /// Images × channels.
+    pub planes: usize,
+    /// Input depth, height and width.
+    pub input: [usize; 3],
+    /// Output depth, height and width.
+    pub output: [usize; 3],
+    /// Kernel depth, height and width.
+    pub kernel: [usize; 3],
+    /// Strides.
+    pub strides: [usize; 3],
+    /// Dilations.
+    pub dilations: [usize; 3],
+    /// Padding before (front, top, left).
+    pub pad: [usize; 3],
+    /// Padding after (back, bottom, right).
+    pub pad_after: [usize; 3],
+}
+
+impl Window {
+    /// Taps of the window at output position `o` along `axis` that land
+    /// inside the input, as (first tap, last tap + 1).
+    #[inline]
+    pub fn taps(&self, axis: usize, o: usize) -> (usize, usize) {
+        let start = (o * self.strides[axis]) as isize - self.pad[axis] as isize;
+        let d = self.dilations[axis] as isize;
+        let n = self.input[axis] as isize;
+        let mut lo = 0;
+        while lo < self.kernel[axis] && start + lo as isize * d < 0 {
+            lo += 1;
+        }
+        let mut hi = self.kernel[axis];
+        while hi > lo && start + (hi as isize - 1) * d >= n {
+            hi -= 1;
+        }
+        (lo, hi)
+    }
+
+    /// Taps of the window at output position `o` along `axis` that land
+    /// inside the input or its padding: what an average that counts
+    /// padding divides by. A window that ceil mode lets run past the
+    /// padding does not count what lies beyond it.
+    pub fn padded_taps(&self, axis: usize, o: usize) -> usize {
+        let start = (o * self.strides[axis]) as isize - self.pad[axis] as isize;
+        let d = self.dilations[axis] as isize;
+        let (lo, hi) = (
+            -(self.pad[axis] as isize),
+            (self.input[axis] + self.pad_after[axis]) as isize,
+        );
+        (0..self.kernel[axis])
+            .filter(|&k| (lo..hi).contains(&(start + k as isize * d)))
+            .count()
+    }
+
+    /// Input coordinate of tap `tap` of output position `o` along `axis`
+    /// (only for taps inside the input).
+    pub fn input_at(&self, axis: usize, o: usize, tap: usize) -> usize {
+        o * self.strides[axis] + tap * self.dilations[axis] - self.pad[axis]
+    }
+
+    /// Elements of one input plane.
+    pub fn input_plane(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// Elements of one output plane.
+    pub fn output_plane(&self) -> usize {
+        self.output.iter().product()
+    }
+}
+
+/// Pooling flavours.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pool {
+    /// Largest value in the window.
+    Max,
+    /// Sum, optionally divided by the window size (with or without the
+    /// padding).
+    Sum {
+        /// Divide by the count.
+        normalize: bool,
+        /// Count padding positions too.
+        count_include_pad: bool,
+    },
+}
+
+/// Element types max pooling takes: ordered, with a least value to start
+/// from.
+pub trait Ordered: bytemuck::Pod + PartialOrd {
+    /// The least value (−∞ for floats).
+    const LOWEST: Self;
+}
+
+macro_rules! ordered {
+    ($($t:ty: $lowest:expr),*) => {$(
+        impl Ordered for $t {
+            const LOWEST: Self = $lowest;
+        }
+    )*};
+}
+ordered!(f32: f32::NEG_INFINITY, f64: f64::NEG_INFINITY, i8: i8::MIN, i16: i16::MIN,
+    i32: i32::MIN, i64: i64::MIN, u8: 0, u16: 0, u32: 0, u64: 0);
+
+/// True for the element types [`max_pool`] is run on (every number type
+/// but f16, which the runtime has no arithmetic for).
+pub fn max_pools(dtype: DType) -> bool {
+    !matches!(dtype, DType::F16 | DType::Bool)
+}
+
+/// Max-pools planes `planes` of `x` into `out` and, when given, writes where
+/// each maximum is in its input plane into `indices` (row-major over the
+/// plane's depth, height and width).
+///
+/// A value replaces the maximum only when larger, as onnxruntime does: a
+/// float NaN is skipped, and among equal values the first (row-major)
+/// wins. The index is that of the first tap when no value exceeds
+/// [`Ordered::LOWEST`], rather than onnxruntime's position before the
+/// window; −1 for a window with no tap in the input (all padding).
+pub fn max_pool<T: Ordered>(
+    w: &Window,
+    planes: Range<usize>,
+    x: impl Load<T>,
+    out: &[Cell<T>],
+    indices: Option<&[Cell<i64>]>,
+) {
+    let planar = w.input[0] == 1 && w.output[0] == 1 && w.kernel[0] == 1;
+    match indices {
+        None if planar => max_pool_rows(w, planes, x, out),
+        _ => max_pool_taps(w, planes, x, out, indices),
+    }
+}
+
+/// Outputs of one row of a 2-d max pool computed together.
+const CHUNK: usize = 64;
+
+/// [`max_pool`] of 2-d windows without indices, a row of outputs at a
+/// time: each window row's maximum first (the windows' columns fixed for
+/// the whole plane, the inner ones without a bounds test), then the
+/// maximum of those down the window. Taking the first value larger than
+/// all before it row by row, then the first such row maximum larger than
+/// all before it, keeps the value the row-major scan keeps, signed zeros
+/// and NaNs included (the generic loop with its tap ranges per output was
+/// 5 % of resnet50's run for its one 3×3 / 2 pool).
+fn max_pool_rows<T: Ordered>(w: &Window, planes: Range<usize>, x: impl Load<T>, out: &[Cell<T>]) {
+    let [_, _, iw] = w.input;
+    let [_, oh, ow] = w.output;
+    let (kw, sx, dx, px) = (w.kernel[2], w.strides[2], w.dilations[2], w.pad[2]);
+    // Outputs whose window lies inside the row: from the first whose
+    // first tap is in, to the last whose last tap is.
+    let inner_lo = px.div_ceil(sx).min(ow);
+    let span = (kw - 1) * dx;
+    let inner_hi = if iw + px > span {
+        ((iw + px - span - 1) / sx + 1).clamp(inner_lo, ow)
+    } else {
+        inner_lo
+    };
+    for plane in planes.start..planes.end.min(w.planes) {
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oy in 0..oh {
+            let (ky0, ky1) = w.taps(1, oy);
+            for c0 in (0..ow).step_by(CHUNK) {
+                let n = CHUNK.min(ow - c0);
+                let mut acc = [T::LOWEST; CHUNK];
+                // The chunk's outputs whose windows lie inside the row.
+                let (a, b) = (inner_lo.clamp(c0, c0 + n), inner_hi.clamp(c0, c0 + n));
+                for ky in ky0..ky1 {
+                    let row = x.sub(xb + w.input_at(1, oy, ky) * iw, iw);
+                    let mut h = [T::LOWEST; CHUNK];
+                    for ox in (c0..a).chain(b..c0 + n) {
+                        let (kx0, kx1) = w.taps(2, ox);
+                        for kx in kx0..kx1 {
+                            let v = row.load(w.input_at(2, ox, kx));
+                            if v > h[ox - c0] {
+                                h[ox - c0] = v;
+                            }
+                        }
+                    }
+                    let inner = &mut h[a - c0..b - c0];
+                    if b > a && (kw, sx, dx) == (3, 2, 1) {
+                        // resnet's pool: the run the windows read taken
+                        // once, so the three taps need no bounds tests.
+                        let seg = row.sub(a * 2 - px, 2 * (b - a) + 1);
+                        // Sixteen outputs at a time from a fixed array of
+                        // their 33 inputs, so that the stride-2 reads are
+                        // shuffles and the comparisons vector code (byte
+                        // by byte it was 8 % of resnet50 QDQ's run); the
+                        // taps in the same order, so the same values.
+                        let mut i = 0;
+                        while i + 16 <= inner.len() {
+                            let s = seg.sub(2 * i, 33);
+                            // Copied by a plain loop: `from_fn` loads
+                            // them one by one.
+                            let mut v = [T::LOWEST; 33];
+                            for (k, v) in v.iter_mut().enumerate() {
+                                *v = s.load(k);
+                            }
+                            let m: &mut [T] = &mut inner[i..i + 16];
+                            for t in 0..3 {
+                                for (l, m) in m.iter_mut().enumerate() {
+                                    if v[2 * l + t] > *m {
+                                        *m = v[2 * l + t];
+                                    }
+                                }
+                            }
+                            i += 16;
+                        }
+                        for (i, m) in inner.iter_mut().enumerate().skip(i) {
+                            for v in [seg.load(2 * i), seg.load(2 * i + 1), seg.load(2 * i + 2)] {
+                                if v > *m {
+                                    *m = v;
+                                }
+                            }
+                        }
+                    } else {
+                        for (i, m) in inner.iter_mut().enumerate() {
+                            let start = (a + i) * sx - px;
+                            for k in 0..kw {
+                                let v = row.load(start + k * dx);
+                                if v > *m {
+                                    *m = v;
+                                }
+                            }
+                        }
+                    }
+                    for (m, v) in acc[..n].iter_mut().zip(&h[..n]) {
+                        if *v > *m {
+                            *m = *v;
+                        }
+                    }
+                }
+                let o = &out[ob + oy * ow + c0..ob + oy * ow + c0 + n];
+                for (cell, v) in o.iter().zip(&acc[..n]) {
+                    cell.set(*v);
+                }
+            }
+        }
+    }
+}
+
+/// [`max_pool`] by the definition: every tap of every window in row-major
+/// order.
+fn max_pool_taps<T: Ordered>(
+    w: &Window,
+    planes: Range<usize>,
+    x: impl Load<T>,
+    out: &[Cell<T>],
+    indices: Option<&[Cell<i64>]>,
+) {
+    let [_, ih, iw] = w.input;
+    let [od, oh, ow] = w.output;
+    for plane in planes.start..planes.end.min(w.planes) {
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oz in 0..od {
+            let (kz0, kz1) = w.taps(0, oz);
+            for oy in 0..oh {
+                let (ky0, ky1) = w.taps(1, oy);
+                for ox in 0..ow {
+                    let (kx0, kx1) = w.taps(2, ox);
+                    let (mut max, mut at) = (T::LOWEST, None);
+                    for kz in kz0..kz1 {
+                        let depth = w.input_at(0, oz, kz) * ih * iw;
+                        for ky in ky0..ky1 {
+                            let row = depth + w.input_at(1, oy, ky) * iw;
+                            for kx in kx0..kx1 {
+                                let p = row + w.input_at(2, ox, kx);
+                                let v = x.load(xb + p);
+                                if v > max || at.is_none() {
+                                    max = if v > max { v } else { max };
+                                    at = Some(p);
+                                }
+                            }
+                        }
+                    }
+                    let o = ob + (oz * oh + oy) * ow + ox;
+                    out[o].set(max);
+                    if let Some(indices) = indices {
+                        indices[o].set(at.map_or(-1, |p| p as i64));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rewrites `x`, indices within their plane (as [`max_pool`] writes them)
+/// of an input whose planes have dimensions `spatial`, as ONNX's: the
+/// planes before counted in, column-major within the plane when
+/// `column_major`. `per_plane` indices belong to each plane. Fails with an
+/// index outside its plane.
+pub fn max_pool_indices(
+    spatial: &[usize],
+    per_plane: usize,
+    column_major: bool,
+    x: Src<'_, i64>,
+    out: &[Cell<i64>],
+) -> Result<(), i64> {
+    let plane_len: usize = spatial.iter().product();
+    for (i, cell) in out.iter().enumerate() {
+        let index = x.at(i);
+        let mut within = usize::try_from(index)
+            .ok()
+            .filter(|&p| p < plane_len)
+            .ok_or(index)?;
+        if column_major {
+            // Coordinates peeled off from the fastest (last) axis, then
+            // weighted by the product of the axes before each.
+            let (mut rest, mut stride, mut flipped) = (within, plane_len, 0);
+            for &dim in spatial.iter().rev() {
+                stride /= dim;
+                flipped += (rest % dim) * stride;
+                rest /= dim;
+            }
+            within = flipped;
+        }
+        let plane = i / per_plane.max(1);
+        let onnx = plane
+            .checked_mul(plane_len)
+            .and_then(|b| b.checked_add(within))
+            .and_then(|v| i64::try_from(v).ok())
+            .ok_or(index)?;
+        cell.set(onnx);
+    }
+    Ok(())
+}
+
+/// Pools planes `planes` of `x` into `out`.
+pub fn pool(kind: Pool, w: &Window, planes: Range<usize>, x: impl Load<f32>, out: &[Cell<f32>]) {
+    let [_, ih, iw] = w.input;
+    let [od, oh, ow] = w.output;
+    for plane in planes.start..planes.end.min(w.planes) {
+        let xb = plane * w.input_plane();
+        let ob = plane * w.output_plane();
+        for oz in 0..od {
+            let (kz0, kz1) = w.taps(0, oz);
+            for oy in 0..oh {
+                let (ky0, ky1) = w.taps(1, oy);
+                for ox in 0..ow {
+                    let (kx0, kx1) = w.taps(2, ox);
+                    let mut acc = match kind {
+                        Pool::Max => f32::NEG_INFINITY,
+                        Pool::Sum { .. } => 0.0,
+                    };
+                    for kz in kz0..kz1 {
+                        let depth = xb + w.input_at(0, oz, kz) * ih * iw;
+                        for ky in ky0..ky1 {
+                            let row = depth + w.input_at(1, oy, ky) * iw;
+                            for kx in kx0..kx1 {
+                                let v = x.load(row + w.input_at(2, ox, kx));
+                                acc = match kind {
+                                    Pool::Max => acc.max(v),
+                                    Pool::Sum { .. } => acc + v,
+                                };
+                            }
+                        }
+                    }
+                    if let Pool::Sum {
+                        normalize: true,
+                        count_include_pad,
+                    } = kind
+                    {
+                        let count = if count_include_pad {
+                            w.padded_taps(0, oz) * w.padded_taps(1, oy) * w.padded_taps(2, ox)
+                        } else {
+                            (kz1 - kz0) * (ky1 - ky0) * (kx1 - kx0)
+                        };
+                        acc /= count.max(1) as f32;
+                    }
+                    out[ob + (oz * oh + oy) * ow + ox].set(acc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    /// One plane of `input` (height × width), a `kernel` (height ×
+    /// width) with `stride` and `pad` on every side, no dilation.
+    fn window(input: [usize; 2], kernel: [usize; 2], stride: usize, pad: usize) -> Window {
+        let out = |n: usize, k: usize| (n + 2 * pad - k) / stride + 1;
+        Window {
+            planes: 1,
+            input: [1, input[0], input[1]],
+            output: [1, out(input[0], kernel[0]), out(input[1], kernel[1])],
+            kernel: [1, kernel[0], kernel[1]],
+            strides: [1, stride, stride],
+            dilations: [1; 3],
+            pad: [0, pad, pad],
+            pad_after: [0, pad, pad],
+        }
+    }
+
+    fn run<T: Ordered + Default>(w: &Window, x: &[T]) -> (Vec<T>, Vec<i64>) {
+        let n = w.planes * w.output_plane();
+        let out = vec![Cell::new(T::default()); n];
+        let indices = vec![Cell::new(0i64); n];
+        max_pool(w, 0..w.planes, x, &out, Some(&indices));
+        (
+            out.iter().map(Cell::get).collect(),
+            indices.iter().map(Cell::get).collect(),
+        )
+    }
+
+    /// The 2-d path without indices keeps the value the definition keeps
+    /// (first maximum in row-major order: which zero of ±0, NaNs
+    /// skipped, −∞ and empty windows), over random sizes, kernels,
+    /// strides, dilations, padding on either side (ceil mode's windows
+    /// past the input included) and plane ranges.
+    #[test]
+    fn planar_max_pool_equals_the_definition() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut below = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for case in 0..400 {
+            let planes = 1 + below(4);
+            let (ih, iw) = (1 + below(20), 1 + below(150));
+            let kernel = [1 + below(4), 1 + below(4)];
+            let (sy, sx) = (1 + below(3), 1 + below(3));
+            let (dy, dx) = (1 + below(2), 1 + below(2));
+            let pad = [below(kernel[0]), below(kernel[1])];
+            let after = [below(kernel[0] + 1), below(kernel[1] + 1)];
+            let span = |k: usize, d: usize| (k - 1) * d + 1;
+            let out = |n: usize, p: usize, q: usize, k: usize, s: usize| {
+                (n + p + q).checked_sub(k).map(|e| e / s + 1)
+            };
+            let (Some(oh), Some(ow)) = (
+                out(ih, pad[0], after[0], span(kernel[0], dy), sy),
+                out(iw, pad[1], after[1], span(kernel[1], dx), sx),
+            ) else {
+                continue;
+            };
+            let w = Window {
+                planes,
+                input: [1, ih, iw],
+                output: [1, oh, ow],
+                kernel: [1, kernel[0], kernel[1]],
+                strides: [1, sy, sx],
+                dilations: [1, dy, dx],
+                pad: [0, pad[0], pad[1]],
+                pad_after: [0, after[0], after[1]],
+            };
+            let x: Vec<f32> = (0..planes * ih * iw)
+                .map(|_| match below(12) {
+                    0 => f32::NAN,
+                    1 => 0.0,
+                    2 => -0.0,
+                    3 => f32::NEG_INFINITY,
+                    _ => below(7) as f32 - 3.0,
+                })
+                .collect();
+            let n = planes * oh * ow;
+            let p0 = below(planes);
+            let p1 = p0 + 1 + below(planes - p0);
+            let want = vec![Cell::new(1.5f32); n];
+            max_pool_taps(&w, p0..p1, &x[..], &want, None);
+            let got = vec![Cell::new(1.5f32); n];
+            max_pool(&w, p0..p1, &x[..], &got, None);
+            let bits = |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "case {case}: {w:?}, planes {p0}..{p1}"
+            );
+            // And bytes (the quantized models' pools).
+            let x: Vec<u8> = (0..planes * ih * iw).map(|_| below(256) as u8).collect();
+            let want = vec![Cell::new(7u8); n];
+            max_pool_taps(&w, p0..p1, &x[..], &want, None);
+            let got = vec![Cell::new(7u8); n];
+            max_pool(&w, p0..p1, &x[..], &got, None);
+            let bytes = |v: &[Cell<u8>]| v.iter().map(Cell::get).collect::<Vec<_>>();
+            assert_eq!(bytes(&got), bytes(&want), "case {case} (u8): {w:?}");
+        }
+    }
+
+    #[test]
+    fn max_pool_of_integers_uses_the_whole_range() {
+        // u8 above 127 and i64 beyond f32's exact integers.
+        let w = window([2, 3], [2, 2], 1, 0);
+        let (v, ix) = run(&w, &[1u8, 255, 3, 200, 5, 254]);
+        assert_eq!((v, ix), (vec![255, 255], vec![1, 1]));
+        let big = (1i64 << 53) + 1;
+        let (v, ix) = run(&w, &[i64::MIN, big, big - 1, -4, big + 2, 0]);
+        assert_eq!((v, ix), (vec![big + 2, big + 2], vec![4, 4]));
+    }
+
+    #[test]
+    fn max_pool_indices_count_within_the_plane_with_padding() {
+        // 3x3 input, 2x2 windows with padding 1: output 4x4; each index
+        // is the position in the input plane, the first among equals.
+        let w = window([3, 3], [2, 2], 1, 1);
+        let x = [1.0f32, 5.0, 2.0, 5.0, 0.0, 7.0, 3.0, 8.0, 7.0];
+        let (v, ix) = run(&w, &x);
+        assert_eq!(
+            v,
+            [1.0, 5.0, 5.0, 2.0, 5.0, 5.0, 7.0, 7.0, 5.0, 8.0, 8.0, 7.0, 3.0, 8.0, 8.0, 7.0]
+        );
+        assert_eq!(ix, [0, 1, 1, 2, 3, 1, 5, 5, 3, 7, 7, 5, 6, 7, 7, 8]);
+    }
+
+    #[test]
+    fn max_pool_skips_nan_and_indexes_a_window_of_lowest_values() {
+        let w = window([1, 4], [1, 2], 2, 0);
+        let (v, ix) = run(&w, &[f32::NAN, 2.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        assert_eq!(v, [2.0, f32::NEG_INFINITY]);
+        assert_eq!(ix, [1, 2]);
+        let (v, ix) = run(&w, &[0u16, 0, 9, 9]);
+        assert_eq!((v, ix), (vec![0, 9], vec![0, 2]));
+    }
+
+    fn onnx_indices(
+        spatial: &[usize],
+        per_plane: usize,
+        column_major: bool,
+        x: &[i64],
+    ) -> Result<Vec<i64>, i64> {
+        let out = vec![Cell::new(0i64); x.len()];
+        max_pool_indices(spatial, per_plane, column_major, Src::Weight(x), &out)?;
+        Ok(out.iter().map(Cell::get).collect())
+    }
+
+    #[test]
+    fn max_pool_indices_count_the_planes_before() {
+        // Planes of 2x3 inputs, two pooled positions each.
+        let x = [0, 5, 4, 1, 3, 2];
+        assert_eq!(
+            onnx_indices(&[2, 3], 2, false, &x),
+            Ok(vec![0, 5, 10, 7, 15, 14])
+        );
+        // Column-major: (h, w) = h + 2w.
+        assert_eq!(
+            onnx_indices(&[2, 3], 2, true, &x),
+            Ok(vec![0, 5, 9, 8, 13, 16])
+        );
+    }
+
+    #[test]
+    fn max_pool_indices_column_major_in_3d() {
+        let dims = [2, 3, 4];
+        let x: Vec<i64> = (0..24).collect();
+        let got = onnx_indices(&dims, 24, true, &x).unwrap();
+        for d in 0..2 {
+            for h in 0..3 {
+                for w in 0..4 {
+                    let row = (d * 3 + h) * 4 + w;
+                    assert_eq!(got[row], (d + h * 2 + w * 6) as i64, "at {d},{h},{w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn max_pool_indices_refuse_an_index_outside_its_plane() {
+        assert_eq!(onnx_indices(&[2, 2], 1, false, &[0, 4]), Err(4));
+        assert_eq!(onnx_indices(&[2, 2], 1, true, &[-1]), Err(-1));
+    }
+}
