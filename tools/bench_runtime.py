@@ -10,8 +10,7 @@ process, binary and inputs included. The table gives the median over the
 rounds of each runner's median, and ratios to tract.
 
     python3 tools/export_models.py --only mobilenet_v2,resnet50,bert_base
-    cargo build --release -p stow-cli
-    cargo build --release -p stow-runtime --example tract_latency
+    cargo build --release --workspace --all-targets
     python3 tools/bench_runtime.py [--rounds 3] [--repeat 10] [--python PY]
 
 PY must have onnxruntime and numpy (default: ~/.venvs/stow-export/bin/python).

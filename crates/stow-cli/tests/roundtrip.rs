@@ -149,3 +149,31 @@ fn bundle_records_match_plan_and_weights_match_model() {
         "no weight kept its ONNX initializer name; the comparison tested nothing"
     );
 }
+
+/// The runtime's typed view of a compiled weight equals the ONNX
+/// initializer it came from (tract keeps `mlp.onnx`'s first Gemm weight
+/// `w_1` as is and names it `w_1.0`).
+#[test]
+fn typed_weight_of_compiled_model_equals_onnx_initializer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp.stow");
+    let model = testdata("mlp.onnx");
+    let o = stow(&[
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let b = stow_runtime::Bundle::open(&out).unwrap();
+    b.verify_weights().unwrap();
+
+    let expected: Vec<f32> = initializer_bytes(&model)["w_1"]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(expected.len(), 128 * 64);
+    let w: &[f32] = b.weight("w_1.0").unwrap();
+    assert_eq!(w, &expected[..]);
+    assert_eq!(b.tensor("w_1.0").unwrap().shape(), &[128, 64]);
+}

@@ -3,7 +3,7 @@
 //! compiled from (`model_for_path` + `into_typed` + `into_decluttered`),
 //! side by side in one run, median of several.
 //!
-//!     cargo run --release -p stow-runtime --example open_speed -- MODEL.stow MODEL.onnx [RUNS]
+//!     cargo run --release -p stow-onnx --example open_speed -- MODEL.stow MODEL.onnx [RUNS]
 //!
 //! Both run with the files already in the page cache (one warm-up each),
 //! so the comparison is of the work each format needs, not of the disk.

@@ -4,7 +4,7 @@
 //! integers 1: valid token ids and mask values) and prints the median and
 //! fastest latency.
 //!
-//!     cargo run --release -p stow-runtime --example tract_latency -- MODEL.onnx BUNDLE.stow REPEAT [THREADS]
+//!     cargo run --release -p stow-onnx --example tract_latency -- MODEL.onnx BUNDLE.stow REPEAT [THREADS]
 //!
 //! THREADS above 1 uses tract's multithreaded matrix products (feature
 //! `multithread-mm` of tract-linalg, enabled for this example).
