@@ -90,6 +90,9 @@ pub trait Load<T>: Copy {
     /// shapes at setup). Taking a row once lets the loop over it run
     /// without a bounds check per element, and vectorise.
     fn sub(self, start: usize, len: usize) -> Self;
+    /// The first element's address, for vector loads of [`Load::count`]
+    /// elements (no element is written while a kernel reads its inputs).
+    fn ptr(self) -> *const T;
 }
 
 impl<T: Copy> Load<T> for &[T] {
@@ -105,6 +108,10 @@ impl<T: Copy> Load<T> for &[T] {
     fn sub(self, start: usize, len: usize) -> Self {
         &self[start..start + len]
     }
+    #[inline(always)]
+    fn ptr(self) -> *const T {
+        self.as_ptr()
+    }
 }
 
 impl<T: Copy> Load<T> for &[Cell<T>] {
@@ -119,6 +126,11 @@ impl<T: Copy> Load<T> for &[Cell<T>] {
     #[inline(always)]
     fn sub(self, start: usize, len: usize) -> Self {
         &self[start..start + len]
+    }
+    #[inline(always)]
+    fn ptr(self) -> *const T {
+        // `Cell<T>` has the layout of `T`.
+        self.as_ptr().cast()
     }
 }
 

@@ -235,7 +235,7 @@ fn dequantize_typed<T: Quantized>(
 /// inlined into a function compiled for each), else as it is: the same
 /// operations, never fused, so the same results.
 #[inline(always)]
-fn widest<R>(f: impl FnOnce() -> R) -> R {
+pub(super) fn widest<R>(f: impl FnOnce() -> R) -> R {
     use super::qlinear::igemm::Isa;
     match Isa::detect() {
         #[cfg(target_arch = "x86_64")]

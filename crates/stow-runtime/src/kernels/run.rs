@@ -349,11 +349,19 @@ pub fn run_part(
             match x.dtype {
                 DType::F32 => max_pool!(f32),
                 DType::F64 => max_pool!(f64),
-                DType::I8 => max_pool!(i8),
+                // Byte pools (int8 models') compiled for the widest
+                // vectors: baseline x86-64 has no signed byte maximum.
+                DType::I8 => super::quant::widest(|| -> Result<(), Failure> {
+                    max_pool!(i8);
+                    Ok(())
+                })?,
                 DType::I16 => max_pool!(i16),
                 DType::I32 => max_pool!(i32),
                 DType::I64 => max_pool!(i64),
-                DType::U8 => max_pool!(u8),
+                DType::U8 => super::quant::widest(|| -> Result<(), Failure> {
+                    max_pool!(u8);
+                    Ok(())
+                })?,
                 DType::U16 => max_pool!(u16),
                 DType::U32 => max_pool!(u32),
                 DType::U64 => max_pool!(u64),
