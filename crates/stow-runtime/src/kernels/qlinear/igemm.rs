@@ -415,26 +415,27 @@ pub fn product<O: Operands>(
                 } else {
                     1
                 };
-                let mut raws = [[[0; NR]; MR]; 3];
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
-                match (&direct, n) {
-                    (Some(d), 3) => raws = group::<3, _>(isa, lu, at, d, nq),
-                    (Some(d), 2) => raws[..2].copy_from_slice(&group::<2, _>(isa, lu, at, d, nq)),
-                    (Some(d), _) => raws[0] = group::<1, _>(isa, lu, at, d, nq)[0],
-                    (None, 3) => raws = group::<3, _>(isa, lu, at, &Packed(row_buf), nq),
-                    (None, 2) => {
-                        raws[..2].copy_from_slice(&group::<2, _>(isa, lu, at, &Packed(row_buf), nq))
+                // Each tile handed on where it was computed: gathering them
+                // into one array first copied 768 bytes per group.
+                let mut put = |raws: &[Tile]| {
+                    for (t, raw) in raws.iter().enumerate() {
+                        emit(Done {
+                            i0,
+                            j0: (p + b + t) * NR,
+                            raw,
+                            lane_sums: &sums[b + t],
+                            row_sums: &row_sums,
+                        });
                     }
-                    (None, _) => raws[0] = group::<1, _>(isa, lu, at, &Packed(row_buf), nq)[0],
-                }
-                for (t, raw) in raws.iter().enumerate().take(n) {
-                    emit(Done {
-                        i0,
-                        j0: (p + b + t) * NR,
-                        raw,
-                        lane_sums: &sums[b + t],
-                        row_sums: &row_sums,
-                    });
+                };
+                match (&direct, n) {
+                    (Some(d), 3) => put(&group::<3, _>(isa, lu, at, d, nq)),
+                    (Some(d), 2) => put(&group::<2, _>(isa, lu, at, d, nq)),
+                    (Some(d), _) => put(&group::<1, _>(isa, lu, at, d, nq)),
+                    (None, 3) => put(&group::<3, _>(isa, lu, at, &Packed(row_buf), nq)),
+                    (None, 2) => put(&group::<2, _>(isa, lu, at, &Packed(row_buf), nq)),
+                    (None, _) => put(&group::<1, _>(isa, lu, at, &Packed(row_buf), nq)),
                 }
                 b += n;
             }
