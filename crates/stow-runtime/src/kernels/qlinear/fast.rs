@@ -412,6 +412,10 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
             *p = y * iw as isize + x;
         }
         let runs = runs_of(&pos);
+        if matches!(runs, Some((_, 1))) && kh * kw <= MAX_TAPS {
+            self.pack_run(origin, pos[0], panel, sums);
+            return;
+        }
         let count = self.x.count() as isize;
         let (mut ic, mut ty, mut tx) = (0, 0, 0);
         for (q, out) in panel.chunks_exact(NR).enumerate() {
@@ -461,6 +465,81 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
                         ty = 0;
                         ic += 1;
                     }
+                }
+            }
+            put_quads(&bytes, true, sums, out);
+        }
+    }
+}
+
+/// Taps (`kh·kw`) up to which [`ConvOps::pack_run`] keeps each tap's
+/// lanes inside the image on the stack (1 KiB).
+const MAX_TAPS: usize = 64;
+
+impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
+    /// [`ConvOps::pack_full`] of a panel whose sixteen lanes read
+    /// consecutive bytes (lane `l` at `base + l` from each tap's offset):
+    /// every stride-1 convolution whose padding keeps the output as wide
+    /// as the input. Which lanes a tap puts inside the image depends on
+    /// the tap alone, not on the input channel, so it is worked out once
+    /// per panel as a byte mask; each depth is then one load of sixteen
+    /// bytes blended with the padding byte, where `pack_full` tested
+    /// every lane of every depth. Same bytes, so the same panel and sums.
+    #[inline(always)]
+    fn pack_run(
+        &self,
+        origin: &[(isize, isize); NR],
+        base: isize,
+        panel: &[Cell<u32>],
+        sums: &mut [i32; NR],
+    ) {
+        let win = &self.s.window;
+        let [_, ih, iw] = win.input;
+        let [_, kh, kw] = win.kernel;
+        let (dy, dx) = (win.dilations[1], win.dilations[2]);
+        let plane = win.input_plane();
+        let k = self.s.k();
+        let taps = kh * kw;
+        let (flip, pad) = (self.dom.a_flip, self.pad);
+        // keep[t][l]: 0xff where tap t of lane l is inside the image.
+        let mut keep = [[0u8; NR]; MAX_TAPS];
+        let mut shift = [0isize; MAX_TAPS];
+        for t in 0..taps {
+            let (yy, xx) = (((t / kw) * dy) as isize, ((t % kw) * dx) as isize);
+            shift[t] = yy * iw as isize + xx + base;
+            for (m, &(y, x)) in keep[t].iter_mut().zip(origin) {
+                // Negative coordinates wrap to huge ones: one test each.
+                let inside = ((y + yy) as usize) < ih && ((x + xx) as usize) < iw;
+                *m = if inside { 0xff } else { 0 };
+            }
+        }
+        let count = self.x.count() as isize;
+        let (mut ic, mut tap) = (0, 0);
+        for (q, out) in panel.chunks_exact(NR).enumerate() {
+            let mut bytes = [[0u8; NR]; 4];
+            for row in bytes.iter_mut().take(4.min(k - 4 * q)) {
+                let start = (self.x_base + ic * plane) as isize + shift[tap];
+                let m = &keep[tap];
+                if start >= 0 && start + NR as isize <= count {
+                    let line = copy16(self.x.sub(start as usize, NR));
+                    for l in 0..NR {
+                        row[l] = ((line[l] ^ flip) & m[l]) | (pad & !m[l]);
+                    }
+                } else {
+                    // The line runs off the tensor (its lanes there are
+                    // padding): lane by lane.
+                    for l in 0..NR {
+                        row[l] = if m[l] != 0 {
+                            self.x.load((start + l as isize) as usize) ^ flip
+                        } else {
+                            pad
+                        };
+                    }
+                }
+                tap += 1;
+                if tap == taps {
+                    tap = 0;
+                    ic += 1;
                 }
             }
             put_quads(&bytes, true, sums, out);

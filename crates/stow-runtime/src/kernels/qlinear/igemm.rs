@@ -403,48 +403,64 @@ pub fn product<O: Operands>(
             let lu = O::LANES_UNSIGNED;
             let mut b = 0;
             while b < count {
-                // Two panels at a time where both are read alike: each row
-                // quad loaded once for both, and twice the sums in flight.
-                let pair = b + 1 < count && mapped[b].is_some() == mapped[b + 1].is_some();
-                let raws: [Tile; 2] = if pair {
-                    match (&direct, mapped[b], mapped[b + 1]) {
-                        (Some(d), Some(m0), Some(m1)) => tiles_of(isa, lu, [m0, m1], d, nq),
-                        (None, Some(m0), Some(m1)) => {
-                            tiles_of(isa, lu, [m0, m1], &Packed(row_buf), nq)
-                        }
-                        (Some(d), _, _) => {
-                            let pair = [scratch_panel(slot[b]), scratch_panel(slot[b + 1])];
-                            tiles_of(isa, lu, pair, d, nq)
-                        }
-                        (None, _, _) => {
-                            let pair = [scratch_panel(slot[b]), scratch_panel(slot[b + 1])];
-                            tiles_of(isa, lu, pair, &Packed(row_buf), nq)
-                        }
-                    }
+                // Up to three panels at a time where they are read alike:
+                // each row quad loaded once for all, and twelve sums in
+                // flight (each `vpdpbusd` waits for the one before it on
+                // its sum, two issue per cycle: eight are too few).
+                let alike = |t: usize| mapped[t].is_some() == mapped[b].is_some();
+                let n = if b + 2 < count && alike(b + 1) && alike(b + 2) {
+                    3
+                } else if b + 1 < count && alike(b + 1) {
+                    2
                 } else {
-                    let one = match (&direct, mapped[b]) {
-                        (Some(d), Some(m)) => tile_of(isa, lu, m, d, nq),
-                        (Some(d), None) => tile_of(isa, lu, scratch_panel(slot[b]), d, nq),
-                        (None, Some(m)) => tile_of(isa, lu, m, &Packed(row_buf), nq),
-                        (None, None) => {
-                            tile_of(isa, lu, scratch_panel(slot[b]), &Packed(row_buf), nq)
-                        }
-                    };
-                    [one, [[0; NR]; MR]]
+                    1
                 };
-                for (t, raw) in raws.iter().enumerate().take(if pair { 2 } else { 1 }) {
-                    emit(Done {
-                        i0,
-                        j0: (p + b + t) * NR,
-                        raw,
-                        lane_sums: &sums[b + t],
-                        row_sums: &row_sums,
-                    });
+                let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
+                // Each tile handed on where it was computed: gathering them
+                // into one array first copied 768 bytes per group.
+                let mut put = |raws: &[Tile]| {
+                    for (t, raw) in raws.iter().enumerate() {
+                        emit(Done {
+                            i0,
+                            j0: (p + b + t) * NR,
+                            raw,
+                            lane_sums: &sums[b + t],
+                            row_sums: &row_sums,
+                        });
+                    }
+                };
+                match (&direct, n) {
+                    (Some(d), 3) => put(&group::<3, _>(isa, lu, at, d, nq)),
+                    (Some(d), 2) => put(&group::<2, _>(isa, lu, at, d, nq)),
+                    (Some(d), _) => put(&group::<1, _>(isa, lu, at, d, nq)),
+                    (None, 3) => put(&group::<3, _>(isa, lu, at, &Packed(row_buf), nq)),
+                    (None, 2) => put(&group::<2, _>(isa, lu, at, &Packed(row_buf), nq)),
+                    (None, _) => put(&group::<1, _>(isa, lu, at, &Packed(row_buf), nq)),
                 }
-                b += if pair { 2 } else { 1 };
+                b += n;
             }
         }
         p += count;
+    }
+}
+
+/// The tiles of `N` consecutive panels of a block against the same rows,
+/// `at(t)` giving panel `t`'s mapped quads (all of them mapped, or none)
+/// and its scratch.
+#[inline(always)]
+fn group<'s, const N: usize, R: RowQuads>(
+    isa: Isa,
+    lanes_unsigned: bool,
+    at: impl Fn(usize) -> (Option<&'s [u32]>, &'s [Cell<u32>]),
+    rows: &R,
+    nq: usize,
+) -> [Tile; N] {
+    let panels: [_; N] = core::array::from_fn(&at);
+    if panels.iter().all(|(m, _)| m.is_some()) {
+        let mapped = panels.map(|(m, _)| m.unwrap_or(&[]));
+        tiles_of(isa, lanes_unsigned, mapped, rows, nq)
+    } else {
+        tiles_of(isa, lanes_unsigned, panels.map(|(_, s)| s), rows, nq)
     }
 }
 
@@ -505,18 +521,16 @@ fn tile_of<P: PanelQuads, R: RowQuads>(
     }
 }
 
-/// [`tile_of`] of two panels against the same rows. With VNNI, one pass
-/// over the rows' quads with eight sums in flight (each `vpdpbusd` waits
-/// for the one before it on its sum: four are too few to hide that);
-/// otherwise two tiles.
+/// [`tile_of`] of `N` panels against the same rows. With VNNI, one pass
+/// over the rows' quads with `N·MR` sums in flight; otherwise `N` tiles.
 #[inline]
-fn tiles_of<P: PanelQuads, R: RowQuads>(
+fn tiles_of<const N: usize, P: PanelQuads, R: RowQuads>(
     isa: Isa,
     lanes_unsigned: bool,
-    panels: [P; 2],
+    panels: [P; N],
     rows: &R,
     nq: usize,
-) -> [Tile; 2] {
+) -> [Tile; N] {
     let panels = panels.map(|p| p.first(nq * NR));
     match (isa, lanes_unsigned) {
         #[cfg(target_arch = "x86_64")]
@@ -525,7 +539,7 @@ fn tiles_of<P: PanelQuads, R: RowQuads>(
             // AVX-512 F, BW and VNNI (`Isa::detect`).
             #[allow(unsafe_code)]
             unsafe {
-                x86::tiles_vnni::<true, P, R>(panels, rows, nq)
+                x86::tiles_vnni::<true, N, P, R>(panels, rows, nq)
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -533,7 +547,7 @@ fn tiles_of<P: PanelQuads, R: RowQuads>(
             // SAFETY: as above.
             #[allow(unsafe_code)]
             unsafe {
-                x86::tiles_vnni::<false, P, R>(panels, rows, nq)
+                x86::tiles_vnni::<false, N, P, R>(panels, rows, nq)
             }
         }
         _ => panels.map(|p| tile_of(isa, lanes_unsigned, p, rows, nq)),
@@ -638,25 +652,27 @@ mod x86 {
         ops.pack_lanes(j0, panel)
     }
 
-    /// [`super::tiles_of`] with `vpdpbusd`: [`tile_vnni`] of two panels
+    /// [`super::tiles_of`] with `vpdpbusd`: [`tile_vnni`] of `N` panels
     /// in one pass. The caller guarantees AVX-512 F, BW and VNNI, and that
     /// `rows` holds `nq` quads and each panel `nq·NR`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
-        panels: [P; 2],
+    pub(super) fn tiles_vnni<
+        const LANES_UNSIGNED: bool,
+        const N: usize,
+        P: PanelQuads,
+        R: RowQuads,
+    >(
+        panels: [P; N],
         rows: &R,
         nq: usize,
-    ) -> [Tile; 2] {
-        let mut acc = [[_mm512_setzero_si512(); MR]; 2];
+    ) -> [Tile; N] {
+        let mut acc = [[_mm512_setzero_si512(); MR]; N];
         for q in 0..nq {
             // SAFETY: as in `tile_vnni`, for each panel.
             #[allow(unsafe_code)]
-            let x = unsafe {
-                [
-                    _mm512_loadu_si512(panels[0].at(q * NR, NR).cast()),
-                    _mm512_loadu_si512(panels[1].at(q * NR, NR).cast()),
-                ]
-            };
+            let x: [__m512i; N] = core::array::from_fn(|t| unsafe {
+                _mm512_loadu_si512(panels[t].at(q * NR, NR).cast())
+            });
             for r in 0..MR {
                 let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
                 for (a, x) in acc.iter_mut().zip(x) {
@@ -668,7 +684,7 @@ mod x86 {
                 }
             }
         }
-        let mut out = [[[0i32; NR]; MR]; 2];
+        let mut out = [[[0i32; NR]; MR]; N];
         for (o, a) in out.iter_mut().zip(acc) {
             for (o, a) in o.iter_mut().zip(a) {
                 // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store
