@@ -470,7 +470,7 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
             *o = (phase * phase_len + oy * pc + ox, i32::from(taps[t]));
         }
         let run = b.run(g, rows);
-        accumulate(&phases[..], &offs[..ntaps], &mut sums[..run]);
+        accumulate_on(self.isa, &phases[..], &offs[..ntaps], &mut sums[..run]);
         // The output's rows, `pc` apart, moved together (left: no row is
         // overwritten before it moves).
         for oy in 1..rows {
@@ -506,25 +506,40 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
 fn widen_run<X: Load<u8>>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
     let n = dst.len().min(src.count());
     let (src, dst) = (src.sub(0, n), &mut dst[..n]);
-    if n < 16 {
+    // Rows of 8 to 15 (a 7×7 or 14×14 plane's, with padding) eight at a
+    // time: one at a time was most of a small plane's widening.
+    if n < 8 {
         for (c, d) in dst.iter_mut().enumerate() {
             *d = i16::from(src.load(c) ^ flip) - a0;
         }
-        return;
+    } else if n < 16 {
+        widen_chunks::<X, 8>(src, dst, flip, a0);
+    } else {
+        widen_chunks::<X, 16>(src, dst, flip, a0);
     }
-    let sixteen = |c: usize, dst: &mut [i16]| {
-        let bytes: [u8; 16] = copy(src.sub(c, 16));
-        for (d, b) in dst[c..c + 16].iter_mut().zip(bytes) {
+}
+
+/// [`widen_run`] `N` at a time, the last `N` overlapping the ones before;
+/// `src` and `dst` as long, at least `N`.
+#[inline(always)]
+fn widen_chunks<X: Load<u8>, const N: usize>(src: X, dst: &mut [i16], flip: u8, a0: i16) {
+    // A function rather than a closure: a closure called twice was left
+    // out of line, compiled without the caller's instruction set.
+    #[inline(always)]
+    fn chunk<X: Load<u8>, const N: usize>(src: &X, c: usize, dst: &mut [i16], flip: u8, a0: i16) {
+        let bytes: [u8; N] = copy(src.sub(c, N));
+        for (d, b) in dst[c..c + N].iter_mut().zip(bytes) {
             *d = i16::from(b ^ flip) - a0;
         }
-    };
+    }
+    let n = dst.len();
     let mut c = 0;
-    while c + 16 <= n {
-        sixteen(c, dst);
-        c += 16;
+    while c + N <= n {
+        chunk::<X, N>(&src, c, dst, flip, a0);
+        c += N;
     }
     if c < n {
-        sixteen(n - 16, dst);
+        chunk::<X, N>(&src, n - N, dst, flip, a0);
     }
 }
 
@@ -563,31 +578,78 @@ fn deinterleave<X: Load<u8>>(src: X, even: &mut [i16], odd: &mut [i16], flip: u8
     let n = even.len();
     let m = odd.len().min(n);
     let pairs = m.min(src.count() / 2);
-    let mut c = 0;
-    while c + 16 <= pairs {
-        let bytes: [u8; 32] = copy(src.sub(2 * c, 32));
-        for l in 0..16 {
-            even[c + l] = i16::from(bytes[2 * l] ^ flip) - a0;
-            odd[c + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
-        }
-        c += 16;
-    }
-    if c < pairs && pairs >= 16 {
-        // The last sixteen pairs, overlapping the ones before.
-        let c0 = pairs - 16;
-        let bytes: [u8; 32] = copy(src.sub(2 * c0, 32));
-        for l in 0..16 {
-            even[c0 + l] = i16::from(bytes[2 * l] ^ flip) - a0;
-            odd[c0 + l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
-        }
-        c = pairs;
-    }
+    // Eight pairs at a time below sixteen (a 14×14 or 7×7 output's rows).
+    let c = if pairs >= 16 {
+        deinterleave_chunks::<X, 16, 32>(src, even, odd, pairs, flip, a0)
+    } else if pairs >= 8 {
+        deinterleave_chunks::<X, 8, 16>(src, even, odd, pairs, flip, a0)
+    } else {
+        0
+    };
     for c in c..n.min(src.count().div_ceil(2)) {
         even[c] = i16::from(src.load(2 * c) ^ flip) - a0;
         if c < m && 2 * c + 1 < src.count() {
             odd[c] = i16::from(src.load(2 * c + 1) ^ flip) - a0;
         }
     }
+}
+
+/// [`accumulate`] with the instruction set's best loop: with VNNI, taps
+/// in pairs through `vpdpwssd` ([`x86::accumulate_vnni`]), the same sums.
+#[inline(always)]
+fn accumulate_on(isa: Isa, phases: &[i16], taps: &[(usize, i32)], sums: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Vnni {
+        // SAFETY: `Isa::Vnni` is only chosen where the CPU has AVX-512 F,
+        // BW and VNNI (`Isa::detect`).
+        #[allow(unsafe_code)]
+        unsafe {
+            if x86::accumulate_vnni(phases, taps, sums) {
+                return;
+            }
+        }
+    }
+    let _ = isa;
+    accumulate(phases, taps, sums);
+}
+
+/// The first `pairs` (at least `N`) of [`deinterleave`], `N` pairs (`B =
+/// 2N` bytes) at a time, the last `N` overlapping the ones before;
+/// returns `pairs`.
+#[inline(always)]
+fn deinterleave_chunks<X: Load<u8>, const N: usize, const B: usize>(
+    src: X,
+    even: &mut [i16],
+    odd: &mut [i16],
+    pairs: usize,
+    flip: u8,
+    a0: i16,
+) -> usize {
+    // A function rather than a closure (see `widen_chunks`).
+    #[inline(always)]
+    fn chunk<X: Load<u8>, const N: usize, const B: usize>(
+        src: &X,
+        c: usize,
+        (even, odd): (&mut [i16], &mut [i16]),
+        flip: u8,
+        a0: i16,
+    ) {
+        let bytes: [u8; B] = copy(src.sub(2 * c, B));
+        let (even, odd) = (&mut even[c..c + N], &mut odd[c..c + N]);
+        for l in 0..N {
+            even[l] = i16::from(bytes[2 * l] ^ flip) - a0;
+            odd[l] = i16::from(bytes[2 * l + 1] ^ flip) - a0;
+        }
+    }
+    let mut c = 0;
+    while c + N <= pairs {
+        chunk::<X, N, B>(&src, c, (&mut *even, &mut *odd), flip, a0);
+        c += N;
+    }
+    if c < pairs {
+        chunk::<X, N, B>(&src, pairs - N, (&mut *even, &mut *odd), flip, a0);
+    }
+    pairs
 }
 
 /// `sums[i] = Σ_t phases[at_t + i]·w_t` over `taps = [(at_t, w_t)]`,
@@ -633,10 +695,96 @@ fn accumulate(phases: &[i16], taps: &[(usize, i32)], sums: &mut [i32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::Task;
     use crate::kernels::cells::Load;
+    use core::arch::x86_64::*;
     use core::ops::Range;
+
+    /// [`super::accumulate`] with two taps per `vpdpwssd`: the two taps'
+    /// runs of 32 i16 interleaved (`vpunpck{l,h}wd`, pairs in each 128-bit
+    /// lane's order) against the pair of weights, into two accumulators of
+    /// 16 sums that one `vpermt2d` each puts back in order at the end; an
+    /// odd tap is paired with itself and a zero weight. The same sums
+    /// modulo 2³² (`vpdpwssd` wraps; each pair's product sum fits i32:
+    /// |x| ≤ 255, |w| < 2¹⁵). The run's end is taken with masked loads and
+    /// stores. `false` (nothing written) where a weight is not an i16 or a
+    /// run would leave `phases`. The caller guarantees AVX-512 F, BW and
+    /// VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(in super::super) fn accumulate_vnni(
+        phases: &[i16],
+        taps: &[(usize, i32)],
+        sums: &mut [i32],
+    ) -> bool {
+        let run = sums.len();
+        let fits = |&(at, w): &(usize, i32)| {
+            i16::try_from(w).is_ok() && at.checked_add(run).is_some_and(|e| e <= phases.len())
+        };
+        if !taps.iter().all(fits) {
+            return false;
+        }
+        // (first run, second run, weight pair) per pair of taps.
+        let mut pairs = [(0usize, 0usize, 0i32); super::TAPS.div_ceil(2)];
+        let mut n = 0;
+        for two in taps.chunks(2) {
+            let (a, wa) = two[0];
+            let (b, wb) = two.get(1).copied().unwrap_or((a, 0));
+            let word = u32::from(wa as i16 as u16) | (u32::from(wb as i16 as u16) << 16);
+            pairs[n] = (a, b, word as i32);
+            n += 1;
+        }
+        let pairs = &pairs[..n];
+        // Lane k of the low accumulator holds sums 8k..8k + 3, of the high
+        // one 8k + 4..8k + 7.
+        let first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        let second =
+            _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        let base = phases.as_ptr();
+        let out = sums.as_mut_ptr();
+        let mut i = 0;
+        while i < run {
+            let left = run - i;
+            let m16: __mmask32 = if left >= 32 { !0 } else { (1u32 << left) - 1 };
+            let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for &(a, b, w) in pairs {
+                let w = _mm512_set1_epi32(w);
+                // SAFETY: `a + i + l` and `b + i + l` for the unmasked lanes
+                // `l < left` are below `a + run` and `b + run`, inside
+                // `phases` (checked above); masked lanes are not read.
+                #[allow(unsafe_code)]
+                let (xa, xb) = unsafe {
+                    (
+                        _mm512_maskz_loadu_epi16(m16, base.add(a + i)),
+                        _mm512_maskz_loadu_epi16(m16, base.add(b + i)),
+                    )
+                };
+                lo = _mm512_dpwssd_epi32(lo, _mm512_unpacklo_epi16(xa, xb), w);
+                hi = _mm512_dpwssd_epi32(hi, _mm512_unpackhi_epi16(xa, xb), w);
+            }
+            let (s0, s1) = (
+                _mm512_permutex2var_epi32(lo, first, hi),
+                _mm512_permutex2var_epi32(lo, second, hi),
+            );
+            let m0: __mmask16 = if left >= 16 { !0 } else { (1u16 << left) - 1 };
+            // SAFETY: the unmasked lanes are sums `i..i + left.min(32)`,
+            // inside `sums`.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm512_mask_storeu_epi32(out.add(i).cast(), m0, s0);
+                if left > 16 {
+                    let m1: __mmask16 = if left >= 32 {
+                        !0
+                    } else {
+                        (1u16 << (left - 16)) - 1
+                    };
+                    _mm512_mask_storeu_epi32(out.add(i + 16).cast(), m1, s1);
+                }
+            }
+            i += 32;
+        }
+        true
+    }
 
     /// [`Task::planes`] compiled for AVX-512; the caller guarantees
     /// AVX-512 F and BW.
@@ -651,3 +799,6 @@ mod x86 {
         t.planes(mine);
     }
 }
+
+#[cfg(test)]
+mod tests;
