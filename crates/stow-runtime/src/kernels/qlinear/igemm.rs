@@ -272,11 +272,30 @@ impl<L: Load<u8>> RowQuads for Direct<L> {
 /// is taken again for every block of panels, so it runs sixteen bytes at
 /// a time (sixteen i32 partial sums, which the compiler vectorises): an
 /// i8 byte `v` counts as `(v ^ 0x80) − 128`, exact modulo 2³².
+///
+/// With AVX2 the bytes are summed 32 at a time by `vpsadbw`: compiled for
+/// the baseline, the loop below (taken outside the vector kernels) was
+/// 5 % of an int8 resnet50's run.
 #[inline(always)]
-fn row_sum<L: Load<u8>>(row: L, k: usize, unsigned: bool) -> i32 {
+fn row_sum<L: Load<u8>>(isa: Isa, row: L, k: usize, unsigned: bool) -> i32 {
     const W: usize = 16;
     let row = row.sub(0, k);
     let flip = if unsigned { 0 } else { 0x80 };
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Vnni | Isa::Avx2) {
+        // SAFETY: both ISAs have AVX2 (`Isa::detect`), and `row` holds
+        // `k` bytes.
+        #[allow(unsafe_code)]
+        let sum = unsafe { x86::byte_sum(row.ptr(), k, flip) };
+        // Exact: at most 255·k.
+        let sum = sum as i32;
+        return if unsigned {
+            sum
+        } else {
+            sum.wrapping_sub(128i32.wrapping_mul(k as i32))
+        };
+    }
+    let _ = isa;
     let mut part = [0i32; W];
     let whole = k - k % W;
     for c in (0..whole).step_by(W) {
@@ -392,7 +411,7 @@ pub fn product<O: Operands>(
             let row_sums = match &direct {
                 Some(_) if keep && !first_block => core::array::from_fn(|r| kept[i0 + r]),
                 Some(d) => {
-                    let sums = d.0.map(|r| row_sum(r, k, !O::LANES_UNSIGNED));
+                    let sums = d.0.map(|r| row_sum(isa, r, k, !O::LANES_UNSIGNED));
                     if keep {
                         kept[i0..i0 + MR].copy_from_slice(&sums);
                     }
@@ -592,6 +611,33 @@ mod x86 {
     use super::{Operands, PanelQuads, RowQuads, Tile, MR, NR};
     use core::arch::x86_64::*;
     use core::cell::Cell;
+
+    /// The sum of `k` bytes at `src`, each XORed with `flip` first.
+    ///
+    /// # Safety
+    /// AVX2; `src` readable for `k` bytes.
+    #[target_feature(enable = "avx2")]
+    #[allow(unsafe_code)]
+    pub(super) unsafe fn byte_sum(src: *const u8, k: usize, flip: u8) -> u64 {
+        let (zero, f) = (_mm256_setzero_si256(), _mm256_set1_epi8(flip as i8));
+        let mut acc = zero;
+        let mut i = 0;
+        while i + 32 <= k {
+            // SAFETY: i + 32 <= k.
+            let v = _mm256_xor_si256(_mm256_loadu_si256(src.add(i).cast()), f);
+            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, zero));
+            i += 32;
+        }
+        let mut lanes = [0u64; 4];
+        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
+        let mut sum = lanes.iter().sum::<u64>();
+        while i < k {
+            // SAFETY: i < k.
+            sum += u64::from(*src.add(i) ^ flip);
+            i += 1;
+        }
+        sum
+    }
 
     /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
     /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.

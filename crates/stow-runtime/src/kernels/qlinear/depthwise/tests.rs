@@ -1,6 +1,7 @@
 //! The depthwise path's instruction-set loops against its plain ones.
 
 use super::*;
+use alloc::vec::Vec;
 
 /// xorshift, as the other kernel tests'.
 struct Rng(u64);

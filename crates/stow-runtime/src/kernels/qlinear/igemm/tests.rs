@@ -222,3 +222,39 @@ fn extreme_values_wrap_alike() {
         }
     }
 }
+
+/// A row's sum on every instruction set equals the plain sum of its bytes
+/// read as u8 or i8, at every length around the 32-byte blocks, from
+/// weights and from arena cells.
+#[test]
+fn row_sums_equal_the_plain_sum() {
+    let mut rng = Rng(0x0123_4567_89ab_cdef);
+    for k in 0..200 {
+        let bytes: Vec<u8> = (0..k + 3).map(|_| rng.byte()).collect();
+        let cells: Vec<Cell<u8>> = bytes.iter().copied().map(Cell::new).collect();
+        for unsigned in [false, true] {
+            let want: i32 = bytes[1..1 + k]
+                .iter()
+                .map(|&b| {
+                    if unsigned {
+                        i32::from(b)
+                    } else {
+                        i32::from(b as i8)
+                    }
+                })
+                .sum();
+            for isa in Isa::all_available() {
+                assert_eq!(
+                    row_sum(isa, &bytes[1..], k, unsigned),
+                    want,
+                    "{isa:?}, k {k}, unsigned {unsigned}"
+                );
+                assert_eq!(
+                    row_sum(isa, &cells[1..], k, unsigned),
+                    want,
+                    "{isa:?} cells, k {k}"
+                );
+            }
+        }
+    }
+}
