@@ -394,17 +394,25 @@ mod bytes {
     use super::{Load, Ordered};
     use core::any::TypeId;
 
+    /// `Some(true)` for `i8`, `Some(false)` for `u8`, `None` for the
+    /// types without a byte kernel.
+    fn byte_signedness<T: Ordered>() -> Option<bool> {
+        if TypeId::of::<T>() == TypeId::of::<u8>() {
+            Some(false)
+        } else if TypeId::of::<T>() == TypeId::of::<i8>() {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
     /// `m[i] = max(m[i], s[2i], s[2i+1], s[2i+2])` for the leading outputs
     /// of `m` a vector kernel covers, when `T` is `u8` or `i8` and the CPU
     /// has one; returns how many it did (the caller does the rest). `s`
     /// holds `2 * m.len() + 1` elements. Integers have one maximum, so the
     /// order of the comparisons does not matter.
     pub(super) fn max3_stride2<T: Ordered>(s: impl Load<T>, m: &mut [T]) -> usize {
-        let signed = if TypeId::of::<T>() == TypeId::of::<u8>() {
-            false
-        } else if TypeId::of::<T>() == TypeId::of::<i8>() {
-            true
-        } else {
+        let Some(signed) = byte_signedness::<T>() else {
             return 0;
         };
         assert!(s.count() > 2 * m.len());
@@ -430,11 +438,7 @@ mod bytes {
     /// `m[i] = max(m[i], v[i])` for the leading elements a vector kernel
     /// covers, as [`max3_stride2`]; returns how many.
     pub(super) fn max_into<T: Ordered>(m: &mut [T], v: &[T]) -> usize {
-        let signed = if TypeId::of::<T>() == TypeId::of::<u8>() {
-            false
-        } else if TypeId::of::<T>() == TypeId::of::<i8>() {
-            true
-        } else {
+        let Some(signed) = byte_signedness::<T>() else {
             return 0;
         };
         let n = m.len().min(v.len());
