@@ -35,8 +35,13 @@
 /* Header flag, set with STOW_FLAG_PACKED: some packed weights are u8 or i8,
  * stored as the int8 products' panels (docs/FORMAT.md, "Packed weights"). */
 #define STOW_FLAG_PACKED_INT8 8u
-#define STOW_KNOWN_FLAGS \
-    (STOW_FLAG_POOLS | STOW_FLAG_PACKED | STOW_FLAG_PACKED_LEFT | STOW_FLAG_PACKED_INT8)
+/* Header flag: a graph input has no bytes of its own (STOW_REGION_ROWS); the
+ * caller writes it in bands of rows into the arena tensors that alias it as
+ * STOW_ALIAS_INPUT_ROWS (docs/FORMAT.md, "Inputs written in bands"). */
+#define STOW_FLAG_INPUT_ROWS 16u
+#define STOW_KNOWN_FLAGS                                                              \
+    (STOW_FLAG_POOLS | STOW_FLAG_PACKED | STOW_FLAG_PACKED_LEFT | STOW_FLAG_PACKED_INT8 | \
+     STOW_FLAG_INPUT_ROWS)
 #define STOW_HEADER_LEN 64u
 #define STOW_SECTION_ENTRY_LEN 32u
 #define STOW_TENSOR_RECORD_LEN 64u
@@ -84,13 +89,15 @@ enum stow_dtype {
     STOW_DTYPE_BOOL = 12
 };
 
-enum stow_region { STOW_REGION_ARENA = 1, STOW_REGION_WEIGHTS = 2 };
+enum stow_region { STOW_REGION_ARENA = 1, STOW_REGION_WEIGHTS = 2, STOW_REGION_ROWS = 3 };
 
 enum stow_alias_kind {
     STOW_ALIAS_NONE = 0,
     STOW_ALIAS_IN_PLACE = 1,
     STOW_ALIAS_VIEW = 2,
-    STOW_ALIAS_CONCAT_SLICE = 3
+    STOW_ALIAS_CONCAT_SLICE = 3,
+    STOW_ALIAS_DEPTHWISE_IN_PLACE = 4,
+    STOW_ALIAS_INPUT_ROWS = 5
 };
 
 /* File offset 0. */

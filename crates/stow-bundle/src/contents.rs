@@ -56,6 +56,12 @@ pub enum Region {
     Arena = 1,
     /// In the bundle's weight section.
     Weights = 2,
+    /// Nowhere: a graph input the caller writes in bands of rows (its
+    /// second-to-last axis) into the arena tensors that name it with
+    /// [`AliasKind::InputRows`]. Each band's bytes are free after its last
+    /// reader, so the input does not hold the arena whole until its last
+    /// reader runs. Offset 0, pool 0; `size` is the whole input's bytes.
+    Rows = 3,
 }
 
 /// How a tensor shares bytes with another one.
@@ -72,6 +78,11 @@ pub enum AliasKind {
     /// plane at a time through a one-plane temporary; starts where the
     /// input starts and is no larger.
     DepthwiseInPlace = 4,
+    /// The next rows (second-to-last axis) of a graph input in region
+    /// [`Region::Rows`], after those of the tensors before it (by id) that
+    /// alias the same input; written by the caller with the input. Shares
+    /// no bytes: the alias says where the tensor's values come from.
+    InputRows = 5,
 }
 
 /// One tensor of the model.
@@ -236,8 +247,10 @@ impl Contents {
     /// The header flags these contents need: [`FLAG_POOLS`] with pools,
     /// [`FLAG_PACKED`] when an operator carries [`PACKED_ATTR`] (and
     /// [`FLAG_PACKED_INT8`] too when one such operator's weight is u8 or
-    /// i8), [`FLAG_PACKED_LEFT`] when one carries [`PACKED_LEFT_ATTR`].
+    /// i8), [`FLAG_PACKED_LEFT`] when one carries [`PACKED_LEFT_ATTR`],
+    /// [`FLAG_INPUT_ROWS`] when an input is written in bands of rows.
     ///
+    /// [`FLAG_INPUT_ROWS`]: crate::format::FLAG_INPUT_ROWS
     /// [`FLAG_POOLS`]: crate::format::FLAG_POOLS
     /// [`FLAG_PACKED`]: crate::format::FLAG_PACKED
     /// [`FLAG_PACKED_LEFT`]: crate::format::FLAG_PACKED_LEFT
@@ -256,6 +269,9 @@ impl Contents {
                 .filter(move |op| op.attributes.iter().any(|(name, _)| name == attr))
         };
         let mut flags = pools;
+        if self.tensors.iter().any(|t| t.region == Region::Rows) {
+            flags |= crate::format::FLAG_INPUT_ROWS;
+        }
         if carrying(PACKED_ATTR).next().is_some() {
             flags |= FLAG_PACKED;
         }
@@ -347,7 +363,7 @@ impl TensorKind {
 impl Region {
     /// The region with this file code.
     pub fn from_code(code: u32) -> Option<Region> {
-        [Region::Arena, Region::Weights]
+        [Region::Arena, Region::Weights, Region::Rows]
             .into_iter()
             .find(|r| *r as u32 == code)
     }
@@ -357,6 +373,7 @@ impl Region {
         match self {
             Region::Arena => "arena",
             Region::Weights => "weights",
+            Region::Rows => "rows",
         }
     }
 }
@@ -369,6 +386,7 @@ impl AliasKind {
             AliasKind::View,
             AliasKind::ConcatSlice,
             AliasKind::DepthwiseInPlace,
+            AliasKind::InputRows,
         ]
         .into_iter()
         .find(|k| *k as u32 == code)
@@ -397,14 +415,21 @@ impl TensorKind {
 }
 
 impl AliasKind {
+    /// True for the kinds whose tensor lies in another's bytes; false for
+    /// [`AliasKind::InputRows`], a band with bytes of its own.
+    pub fn shares_bytes(self) -> bool {
+        self != AliasKind::InputRows
+    }
+
     /// Lower-case name (`in-place`, `view`, `concat-slice`,
-    /// `depthwise-in-place`).
+    /// `depthwise-in-place`, `input-rows`).
     pub fn name(self) -> &'static str {
         match self {
             AliasKind::InPlace => "in-place",
             AliasKind::View => "view",
             AliasKind::ConcatSlice => "concat-slice",
             AliasKind::DepthwiseInPlace => "depthwise-in-place",
+            AliasKind::InputRows => "input-rows",
         }
     }
 }

@@ -321,6 +321,15 @@ pub enum BundleError {
         /// Tensor count.
         count: usize,
     },
+    /// A graph input written in bands of rows (region `rows`) and its bands
+    /// (alias kind `input-rows`) do not fit together.
+    #[error("tensor {index}: {reason}")]
+    BadInputRows {
+        /// The band's (or the input's) tensor id.
+        index: usize,
+        /// What does not fit.
+        reason: String,
+    },
     /// Writer input: the weight list does not have one slice per tensor.
     #[error("{slices} weight slices given for {tensors} tensors (one per tensor, empty for arena tensors)")]
     WeightCount {

@@ -43,8 +43,15 @@ pub const FLAG_PACKED_LEFT: u32 = 4;
 /// only float weights reject the flag rather than run an int8 product
 /// over a weight they take for row-major.
 pub const FLAG_PACKED_INT8: u32 = 8;
+/// Header flag: some graph input has no bytes of its own (region
+/// [`Region::Rows`](crate::Region::Rows)); the caller writes it in bands of
+/// rows into the arena tensors that alias it as
+/// [`AliasKind::InputRows`](crate::AliasKind::InputRows). Old readers
+/// reject the flag rather than give the caller an input with no place.
+pub const FLAG_INPUT_ROWS: u32 = 16;
 /// Flags this version understands: any other bit is rejected.
-pub const KNOWN_FLAGS: u32 = FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_LEFT | FLAG_PACKED_INT8;
+pub const KNOWN_FLAGS: u32 =
+    FLAG_POOLS | FLAG_PACKED | FLAG_PACKED_LEFT | FLAG_PACKED_INT8 | FLAG_INPUT_ROWS;
 /// The operator attribute (int: the depth block) marking a product or
 /// convolution whose weight operand (input 1) is stored packed; the
 /// layout is in docs/FORMAT.md, "Packed weights".

@@ -275,5 +275,81 @@ pub(crate) fn check_refs(c: &Contents) -> Result<(), BundleError> {
         check(&|| format!("op {i} (`{}`) inputs", op.name), &op.inputs)?;
         check(&|| format!("op {i} (`{}`) outputs", op.name), &op.outputs)?;
     }
+    check_input_rows(c)
+}
+
+/// A graph input in region `rows` is a graph input no operator reads,
+/// and its bands (the tensors aliasing it as `input-rows`, in id order)
+/// are arena inputs from step 0, of its type and rank (at least 2), its
+/// dimensions but the rows, whose rows add up to its rows; no operator
+/// writes a band, and a band is no graph input itself.
+fn check_input_rows(c: &Contents) -> Result<(), BundleError> {
+    use crate::contents::{AliasKind, Region, TensorKind};
+    let fail = |index: usize, reason: String| Err(BundleError::BadInputRows { index, reason });
+    let mut rows = alloc::vec![0u64; c.tensors.len()];
+    for (index, t) in c.tensors.iter().enumerate() {
+        let Some((AliasKind::InputRows, of)) = t.alias_of else {
+            continue;
+        };
+        let input = &c.tensors[of as usize];
+        if input.region != Region::Rows {
+            return fail(
+                index,
+                alloc::format!("holds rows of tensor {of}, which is not in region `rows`"),
+            );
+        }
+        if t.region != Region::Arena || t.kind != TensorKind::Input || t.first_step != 0 {
+            return fail(
+                index,
+                "a band of an input is an arena input from step 0".into(),
+            );
+        }
+        let rank = input.shape.len();
+        let same_but_rows = t.dtype == input.dtype
+            && rank >= 2
+            && t.shape.len() == rank
+            && (0..rank).all(|d| d == rank - 2 || t.shape[d] == input.shape[d]);
+        if !same_but_rows {
+            return fail(index, alloc::format!("its type and shape ({} {:?}) are not those of input {of} ({} {:?}) but for the rows", t.dtype, t.shape, input.dtype, input.shape));
+        }
+        rows[of as usize] = rows[of as usize].saturating_add(t.shape[rank - 2]);
+    }
+    for (index, t) in c.tensors.iter().enumerate() {
+        if t.region != Region::Rows {
+            continue;
+        }
+        let want = t.shape.len().checked_sub(2).map_or(0, |axis| t.shape[axis]);
+        if rows[index] != want || want == 0 {
+            return fail(
+                index,
+                alloc::format!("its bands hold {} rows of its {want}", rows[index]),
+            );
+        }
+        if !c.inputs.contains(&(index as u32)) {
+            return fail(index, "in region `rows` but not a graph input".into());
+        }
+    }
+    for (i, op) in c.ops.iter().enumerate() {
+        for &id in op.inputs.iter().chain(&op.outputs) {
+            let t = &c.tensors[id as usize];
+            let written = op.outputs.contains(&id);
+            if t.region == Region::Rows
+                || (written && matches!(t.alias_of, Some((AliasKind::InputRows, _))))
+            {
+                return fail(id as usize, alloc::format!("op {i} (`{}`) reads or writes a whole input written in bands, or writes a band", op.name));
+            }
+        }
+    }
+    for &id in &c.inputs {
+        if matches!(
+            c.tensors[id as usize].alias_of,
+            Some((AliasKind::InputRows, _))
+        ) {
+            return fail(
+                id as usize,
+                "a band of an input is listed as a graph input".into(),
+            );
+        }
+    }
     Ok(())
 }

@@ -208,6 +208,16 @@ pub(crate) fn check_tensor(
     let limit = match t.region {
         Region::Arena => pool_limit.unwrap_or(0),
         Region::Weights => weights_len,
+        // Bytes of its own: none; `size` is the bands' total.
+        Region::Rows => {
+            if t.kind != TensorKind::Input || t.pool != 0 {
+                return Err(bad("region", t.region as u64));
+            }
+            if t.offset != 0 {
+                return Err(bad("offset", t.offset));
+            }
+            u64::MAX
+        }
     };
     if t.offset.checked_add(t.size).is_none_or(|end| end > limit) {
         return Err(BundleError::OutOfRegion {

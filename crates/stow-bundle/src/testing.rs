@@ -112,6 +112,30 @@ pub fn sample_pooled() -> (Contents, Vec<Vec<u8>>) {
     (c, w)
 }
 
+/// [`sample`] with its input `x` (now 2 × 4) written in bands of rows:
+/// `x` in region `rows`, its two rows in the arena tensors 5 and 6
+/// (`x.rows0-1` at offset 0, `x.rows1-2` at 16), and the product reading
+/// the first band.
+pub fn sample_rows() -> (Contents, Vec<Vec<u8>>) {
+    let (mut c, mut w) = sample();
+    let x = c.tensors[0].clone();
+    c.tensors[0].shape = vec![2, 4];
+    c.tensors[0].region = Region::Rows;
+    c.tensors[4].alias_of = None;
+    for (row, offset) in [(0, 0), (1, 16)] {
+        let mut band = x.clone();
+        band.name = format!("x.rows{row}-{}", row + 1);
+        band.shape = vec![1, 4];
+        band.size = 16;
+        band.offset = offset;
+        band.alias_of = Some((AliasKind::InputRows, 0));
+        c.tensors.push(band);
+        w.push(Vec::new());
+    }
+    c.ops[0].inputs[0] = 5;
+    (c, w)
+}
+
 /// Slices of owned weights, as [`to_bytes`] takes them.
 pub fn refs(weights: &[Vec<u8>]) -> Vec<&[u8]> {
     weights.iter().map(Vec::as_slice).collect()
@@ -396,7 +420,7 @@ pub fn arb_bundle() -> impl Strategy<Value = (Contents, Vec<Vec<u8>>)> {
                     Region::Weights => (0..t.size)
                         .map(|i| (seed.wrapping_mul(i + 1) >> 7) as u8)
                         .collect(),
-                    Region::Arena => Vec::new(),
+                    Region::Arena | Region::Rows => Vec::new(),
                 })
                 .collect();
             let (strategy, lower, naive, micros, optimal) = prov;

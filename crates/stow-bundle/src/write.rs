@@ -129,7 +129,7 @@ pub fn to_bytes(contents: &Contents, weights: &[&[u8]]) -> Result<Vec<u8>, Bundl
         records::check_role(index, t)?;
         let expected = match t.region {
             Region::Weights => t.size,
-            Region::Arena => 0,
+            Region::Arena | Region::Rows => 0,
         };
         if w.len() as u64 != expected {
             return Err(BundleError::WeightBytes {

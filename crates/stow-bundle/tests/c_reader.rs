@@ -66,6 +66,13 @@ fn c_reader_agrees_with_rust_reader() {
     let (ok, out) = run(&exe, dir.path(), &pooled);
     assert!(out.contains("pool 1 dram 64 64"), "{out}");
     assert_eq!((ok, out), (true, expected(&pooled)));
+    // An input written in bands: its record has no bytes to bound, and
+    // its bands name it with alias kind 5.
+    let (rc, rw) = stow_bundle::testing::sample_rows();
+    let rows = to_bytes(&rc, &refs(&rw)).unwrap();
+    let (ok, out) = run(&exe, dir.path(), &rows);
+    assert!(out.contains("alias 5 0"), "{out}");
+    assert_eq!((ok, out), (true, expected(&rows)));
     // And it rejects a corrupted header.
     let mut bad = bytes.clone();
     bad[40] ^= 1;

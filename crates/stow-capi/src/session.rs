@@ -58,7 +58,7 @@ fn session_failure(e: SessionError) -> Failure {
         SessionError::NoThreads => STOW_ERR_INVALID_ARGUMENT,
         SessionError::Spawn(_) => STOW_ERR_THREADS,
         SessionError::Lookup(_) => STOW_ERR_NOT_FOUND,
-        SessionError::InputSize { .. } => STOW_ERR_SIZE_MISMATCH,
+        SessionError::InputSize { .. } | SessionError::InputBytes { .. } => STOW_ERR_SIZE_MISMATCH,
     };
     Failure::new(status, crate::describe(&e))
 }
@@ -391,6 +391,31 @@ impl StowSession {
                     io.byte_size
                 ),
             ));
+        }
+        let bundle = self.session.bundle();
+        let in_bands = bundle
+            .tensor(&io.id)
+            .is_ok_and(|t| t.tensor.region == stow_bundle::Region::Rows);
+        if in_bands {
+            // Copied row by row into its bands: the source must not be
+            // bytes those copies overwrite.
+            if self.session.arena().overlaps(data.cast(), bytes) {
+                return Err(Failure::new(
+                    STOW_ERR_INVALID_ARGUMENT,
+                    format!(
+                        "{call}: input `{}` is written in bands of rows; its data must not lie in the session's arena",
+                        io.display_name()
+                    ),
+                ));
+            }
+            self.outputs_ready = false;
+            // SAFETY: `data` holds `bytes` readable bytes (the caller's
+            // contract) outside the arena (checked), which the copy writes.
+            let source = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), bytes) };
+            return self
+                .session
+                .write_input_bytes(&io.id, source)
+                .map_err(session_failure);
         }
         let slot = self.input_bytes(index)?;
         // SAFETY: `data` holds `bytes` readable bytes, and `slot` exactly

@@ -21,6 +21,7 @@ fn alias_kind_name(k: AliasKind) -> &'static str {
         AliasKind::View => "view",
         AliasKind::ConcatSlice => "concat_slice",
         AliasKind::DepthwiseInPlace => "depthwise_in_place",
+        AliasKind::InputRows => "input_rows",
     }
 }
 
@@ -67,7 +68,7 @@ pub fn pool_use(c: &Contents) -> Vec<PoolUse> {
     let mut live = vec![vec![0u64; steps]; names.len()];
     let mut traffic = vec![0u64; names.len()];
     for t in c.tensors.iter().filter(|t| t.region == Region::Arena) {
-        if t.alias_of.is_some() {
+        if t.alias_of.is_some_and(|(k, _)| k.shares_bytes()) {
             continue;
         }
         if let Some(row) = live.get_mut(t.pool as usize) {
@@ -120,7 +121,7 @@ pub fn json(bundle: &Bundle) -> Value {
                 "kind": kind_name(t.kind),
                 "dtype": t.dtype.name(),
                 "shape": t.shape,
-                "region": if t.region == Region::Arena { "arena" } else { "weights" },
+                "region": t.region.name(),
                 "offset": t.offset,
                 "size": t.size,
                 "first_step": t.first_step,

@@ -67,6 +67,21 @@ fn capacity_chooses_a_stage_that_fits_and_verifies() {
     );
     let json = compile_and_inspect(&model, &fitted, &["--capacity", &capacity.to_string()]);
     assert!(json["arena_bytes"].as_u64().unwrap() <= capacity);
+    // The stage starts at the image: the caller writes it in bands of
+    // rows, each band an arena tensor of its own, together all its rows.
+    let tensors = json["tensors"].as_array().unwrap();
+    let image = tensors.iter().find(|t| t["name"] == "image").unwrap();
+    assert_eq!(image["region"], "rows", "{image}");
+    let bands: Vec<_> = tensors
+        .iter()
+        .filter(|t| t["alias_kind"] == "input_rows")
+        .collect();
+    assert!(bands.len() >= 2);
+    let rows: u64 = bands.iter().map(|t| t["shape"][2].as_u64().unwrap()).sum();
+    assert_eq!(rows, image["shape"][2].as_u64().unwrap());
+    assert!(bands
+        .iter()
+        .all(|t| t["region"] == "arena" && t["alias_of"] == "image"));
     let b = fitted.to_str().unwrap();
     let o = stow(&["verify", m, b]);
     assert!(o.status.success(), "{}", stderr(&o));

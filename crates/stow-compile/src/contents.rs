@@ -268,6 +268,7 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
             TensorRole::Output => (TensorKind::Output, Region::Arena),
             TensorRole::Activation => (TensorKind::Activation, Region::Arena),
             TensorRole::Weight => (TensorKind::Weight, Region::Weights),
+            TensorRole::InputRows => (TensorKind::Input, Region::Rows),
         };
         let buffer = p.buffer_of.get(id).copied().flatten();
         let offset = match region {
@@ -277,7 +278,7 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
                 .ok_or_else(|| ContentsError::Unplanned {
                     tensor: t.name.clone(),
                 })?,
-            Region::Weights => 0,
+            Region::Weights | Region::Rows => 0,
         };
         let pool = match (region, p.pool_names.is_empty()) {
             (Region::Arena, false) => buffer
@@ -298,6 +299,11 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
         } else {
             Cow::Borrowed(&[])
         });
+        let band_of = g
+            .input_bands
+            .iter()
+            .find(|b| b.bands.iter().any(|&(band, _, _)| band == id))
+            .map(|b| (AliasKind::InputRows, b.input as u32));
         tensors.push(Tensor {
             name: t.name.clone(),
             kind,
@@ -308,14 +314,19 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
             size: t.bytes,
             first_step: t.first_step,
             last_step: t.last_step,
-            alias_of: t.alias.map(|a| match a {
-                stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
-                stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
-                stow_onnx::Alias::DepthwiseInPlace(of) => (AliasKind::DepthwiseInPlace, of as u32),
-                stow_onnx::Alias::ConcatSlice { concat_output, .. } => {
-                    (AliasKind::ConcatSlice, concat_output as u32)
-                }
-            }),
+            alias_of: t
+                .alias
+                .map(|a| match a {
+                    stow_onnx::Alias::InPlace(of) => (AliasKind::InPlace, of as u32),
+                    stow_onnx::Alias::View(of) => (AliasKind::View, of as u32),
+                    stow_onnx::Alias::DepthwiseInPlace(of) => {
+                        (AliasKind::DepthwiseInPlace, of as u32)
+                    }
+                    stow_onnx::Alias::ConcatSlice { concat_output, .. } => {
+                        (AliasKind::ConcatSlice, concat_output as u32)
+                    }
+                })
+                .or(band_of),
             pool,
             quant: g
                 .quantization(id)

@@ -147,10 +147,25 @@ pub fn run_in_arena(
                 info.bytes
             )));
         }
-        let offset = layout.offsets[tid]
-            .ok_or_else(|| err(format!("input `{}` has no arena offset", info.name)))?;
-        arena[range(offset, info.bytes, arena_len)?].copy_from_slice(&bytes);
-        reference.insert(tid, value.clone().into_tvalue());
+        // An input written in bands of rows: each band gets its rows.
+        let bands = match graph.input_bands.iter().find(|b| b.input == tid) {
+            Some(entry) => entry
+                .bands
+                .iter()
+                .map(|&(band, a, b)| {
+                    let axis = value.rank().saturating_sub(2);
+                    Ok((band, value.slice(axis, a, b).map_err(err)?))
+                })
+                .collect::<Result<Vec<_>, OnnxError>>()?,
+            None => vec![(tid, value.clone())],
+        };
+        for (tid, value) in bands {
+            let info = &graph.tensors[tid];
+            let offset = layout.offsets[tid]
+                .ok_or_else(|| err(format!("input `{}` has no arena offset", info.name)))?;
+            arena[range(offset, info.bytes, arena_len)?].copy_from_slice(&stored_bytes(&value)?);
+            reference.insert(tid, value.into_tvalue());
+        }
     }
     let symbols = SymbolValues::default();
     let seating = Seating::single();

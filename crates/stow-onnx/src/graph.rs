@@ -21,13 +21,27 @@ pub enum TensorRole {
     Activation,
     /// A constant; lives in the bundle's weight section.
     Weight,
+    /// A graph input written in bands of rows ([`ModelGraph::input_bands`]):
+    /// no bytes of its own, no step reads it.
+    InputRows,
 }
 
 impl TensorRole {
     /// True for tensors that live in the activation arena.
     pub fn in_arena(self) -> bool {
-        self != TensorRole::Weight
+        !matches!(self, TensorRole::Weight | TensorRole::InputRows)
     }
+}
+
+/// A graph input the caller writes in bands of rows (docs/PATCHES.md, "The
+/// input in bands").
+#[derive(Clone, Debug)]
+pub struct InputBands {
+    /// The input's tensor (role [`TensorRole::InputRows`]).
+    pub input: usize,
+    /// Its bands in row order: (tensor, first row, end row); each band is
+    /// an arena input from step 0.
+    pub bands: Vec<(usize, usize, usize)>,
 }
 
 /// One tensor of the decluttered model.
@@ -88,6 +102,8 @@ pub struct ModelGraph {
     pub inputs: Vec<usize>,
     /// Graph outputs by tensor id, in model order.
     pub outputs: Vec<usize>,
+    /// Graph inputs written in bands of rows.
+    pub input_bands: Vec<InputBands>,
     /// The execution order the steps follow.
     pub order: ExecutionOrder,
     /// Lower bound of the arena under each order tried, in the order tried.
@@ -451,6 +467,16 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
     }
     let mut used_names: HashSet<String> = reserved.values().cloned().collect();
     let mut ops: Vec<OpInfo> = Vec::new();
+    // Graph inputs cut into bands: the band slices are no steps.
+    let banded: HashMap<OutletId, Vec<(usize, usize, usize)>> = input_outlets
+        .iter()
+        .filter_map(|&o| Some((o, crate::input_rows::bands(&model, o)?)))
+        .collect();
+    let band_rows: HashSet<usize> = banded
+        .values()
+        .flat_map(|bands| bands.iter().map(|&(node, _, _)| node))
+        .collect();
+    let mut input_bands: Vec<InputBands> = Vec::new();
 
     let mut add_tensor = |outlet: OutletId,
                           role: TensorRole,
@@ -543,15 +569,32 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
         }
         if node.op_is::<TypedSource>() {
             let outlet = OutletId::new(node_id, 0);
-            let id = add_tensor(
-                outlet,
-                TensorRole::Input,
-                0,
-                &mut tensors,
-                &mut weights,
-                None,
-            )?;
+            let role = if banded.contains_key(&outlet) {
+                TensorRole::InputRows
+            } else {
+                TensorRole::Input
+            };
+            let id = add_tensor(outlet, role, 0, &mut tensors, &mut weights, None)?;
             tensor_of.insert(outlet, id);
+            // The bands follow their input, in row order: the format
+            // gives each band the rows after those of the bands before it.
+            if let Some(bands) = banded.get(&outlet) {
+                let mut entry = InputBands {
+                    input: id,
+                    bands: Vec::with_capacity(bands.len()),
+                };
+                for &(slice, a, b) in bands {
+                    let band = OutletId::new(slice, 0);
+                    let band_id =
+                        add_tensor(band, TensorRole::Input, 0, &mut tensors, &mut weights, None)?;
+                    tensor_of.insert(band, band_id);
+                    entry.bands.push((band_id, a, b));
+                }
+                input_bands.push(entry);
+            }
+            continue;
+        }
+        if band_rows.contains(&node_id) {
             continue;
         }
         let step = ops.len() as u32;
@@ -630,6 +673,7 @@ pub(crate) fn analyse(model: TypedModel, order: ExecutionOrder) -> Result<ModelG
     }
     debug_assert!(is_input.len() == inputs.len());
     Ok(ModelGraph {
+        input_bands,
         free_concat: vec![false; ops.len()],
         concurrent: false,
         order: order_used,

@@ -25,6 +25,7 @@ mod fold;
 mod graph;
 mod guards;
 mod imports;
+mod input_rows;
 mod inputs;
 mod load;
 mod logsumexp;
@@ -49,7 +50,7 @@ pub use attrs::Attr;
 pub use constants::{parse_set_arg, read_set_npz, FixedInput, InputValue};
 pub use error::{OnnxError, Stage};
 pub use execute::{run_in_arena, run_reference, ArenaLayout, ArenaRun, Mismatch, POISON};
-pub use graph::{ExecutionOrder, ModelGraph, OpInfo, TensorInfo, TensorRole};
+pub use graph::{ExecutionOrder, InputBands, ModelGraph, OpInfo, TensorInfo, TensorRole};
 pub use inputs::{
     numbered_files, random_inputs, random_tensors, read_input_dir, read_npz, read_npz_named,
     read_tensor_file, write_tensor_file,

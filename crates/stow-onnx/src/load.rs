@@ -139,10 +139,17 @@ impl Decluttered {
         reuse: crate::ReuseOptions,
         stages: &[crate::PatchedStage],
     ) -> Result<ModelGraph, OnnxError> {
-        let decluttered = if stages.is_empty() {
+        let decluttered = if stages.is_empty() && self.applied.is_empty() {
             self.model.clone()
         } else {
-            self.with_stages(stages)?.model
+            let mut model = self.with_stages(stages)?.model;
+            // A stage starting at a graph input reads it in bands of rows:
+            // the caller writes it so (docs/PATCHES.md, "The input in bands").
+            contain(Stage::Declutter, || {
+                crate::input_rows::cut(&mut model)
+                    .map_err(|e| OnnxError::tract(Stage::Declutter, e))
+            })?;
+            model
         };
         // Record the model under every order; keep the one whose arena lower
         // bound (after aliasing) is smallest, tract's RAM order on ties.

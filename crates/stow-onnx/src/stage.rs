@@ -739,7 +739,11 @@ pub fn apply(model: &mut TypedModel, stage: &PatchedStage) -> Result<(), OnnxErr
 
 /// Readers of `old` (and the graph outputs) read `new` instead, which
 /// takes `old`'s name.
-fn replace_outlet(model: &mut TypedModel, old: OutletId, new: OutletId) -> TractResult<()> {
+pub(crate) fn replace_outlet(
+    model: &mut TypedModel,
+    old: OutletId,
+    new: OutletId,
+) -> TractResult<()> {
     let readers = model.node(old.node).outputs[old.slot].successors.clone();
     for inlet in readers {
         if inlet.node != new.node {
@@ -939,7 +943,7 @@ fn reduce_in_bands(
 }
 
 /// `name`, or `name` with a number after it when a node has it already.
-fn unique(names: &mut HashSet<String>, name: String) -> String {
+pub(crate) fn unique(names: &mut HashSet<String>, name: String) -> String {
     let mut candidate = name.clone();
     let mut n = 1;
     while !names.insert(candidate.clone()) {
@@ -1169,6 +1173,7 @@ mod tests {
     #[test]
     fn every_stage_end_and_band_height_computes_the_model() {
         let mut accepted = 0;
+        let mut banded = 0;
         let mut two_pass = 0;
         for model in [
             "patch_chain.onnx",
@@ -1200,6 +1205,7 @@ mod tests {
                         Err(e) => panic!("{model} {stage}: {e}"),
                     };
                     accepted += 1;
+                    banded += bands_follow_the_format(&patched, model, &stage);
                     let got = run_reference(&patched, &inputs).unwrap();
                     for (g, w) in got.iter().zip(&want) {
                         let e = max_relative_error(g, w);
@@ -1230,6 +1236,44 @@ mod tests {
         assert!(accepted >= 40, "{accepted} stages accepted");
         // patch_se's stages across its gate.
         assert!(two_pass >= 4, "{two_pass} stages across a reduction");
+        // Stages read the image in bands of rows, not whole.
+        assert!(
+            banded * 2 >= accepted,
+            "{banded} of {accepted} stages read the image in bands"
+        );
+    }
+
+    /// Where `graph` writes its input in bands: the bands follow the input
+    /// in tensor id order, which is their row order (the format's rule),
+    /// hold every row once, are arena inputs from step 0, and no step
+    /// reads the input itself. Returns the number of banded inputs.
+    fn bands_follow_the_format(graph: &ModelGraph, model: &str, stage: &PatchedStage) -> usize {
+        for entry in &graph.input_bands {
+            let input = &graph.tensors[entry.input];
+            assert_eq!(input.role, crate::TensorRole::InputRows, "{model} {stage}");
+            let mut next = 0;
+            for (k, &(band, a, b)) in entry.bands.iter().enumerate() {
+                let t = &graph.tensors[band];
+                assert_eq!(
+                    band,
+                    entry.input + 1 + k,
+                    "{model} {stage}: band ids in row order"
+                );
+                assert_eq!(
+                    (a, t.role, t.first_step),
+                    (next, crate::TensorRole::Input, 0)
+                );
+                assert_eq!(t.shape[t.shape.len() - 2], (b - a) as u64);
+                next = b;
+            }
+            assert_eq!(
+                next as u64,
+                input.shape[input.shape.len() - 2],
+                "{model} {stage}"
+            );
+            assert!(graph.ops.iter().all(|op| !op.inputs.contains(&entry.input)));
+        }
+        graph.input_bands.len()
     }
 
     /// A stage of `patch_chain` to its output, one row at a time, lowers

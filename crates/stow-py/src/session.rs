@@ -243,23 +243,11 @@ impl Session {
         for (port, bytes) in self.inputs.iter().zip(given) {
             let bytes = bytes.as_slice()?;
             running.with_dependent_mut(|_, session| -> PyResult<()> {
-                let slot = session
-                    .input_bytes_mut(&port.id)
-                    .map_err(|e| errors::to_py(py, Kind::Input, e.into(), None))?;
-                if slot.len() != bytes.len() {
-                    // Dtype and shape were checked, so the sizes agree.
-                    return Err(input_error(
-                        py,
-                        format!(
-                            "input `{}`: {} bytes given for {}",
-                            port.info.name,
-                            bytes.len(),
-                            slot.len()
-                        ),
-                    ));
-                }
-                slot.copy_from_slice(bytes);
-                Ok(())
+                // Dtype and shape were checked, so the sizes agree; an
+                // input written in bands of rows is copied into its bands.
+                session
+                    .write_input_bytes(&port.id, bytes)
+                    .map_err(|e| input_error(py, format!("input `{}`: {e}", port.info.name)))
             })?;
         }
         py.detach(|| running.with_dependent_mut(|_, session| session.run()))

@@ -322,6 +322,16 @@ impl Arena<'_> {
         self.pools.first().map_or(&[], PoolMemory::bytes)
     }
 
+    /// True when `len` bytes at `ptr` overlap one of the arena's pools.
+    pub fn overlaps(&self, ptr: *const u8, len: usize) -> bool {
+        let (lo, hi) = (ptr as usize, (ptr as usize).saturating_add(len));
+        self.pools.iter().any(|p| {
+            let b = p.bytes();
+            let start = b.as_ptr() as usize;
+            lo < start + b.len() && start < hi
+        })
+    }
+
     /// The arena's bytes, writable (pool 0's, with several pools).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.pools
@@ -379,6 +389,12 @@ impl Arena<'_> {
             });
         }
         let t = lookup::find(bundle.contents(), key)?;
+        if t.tensor.region == Region::Rows {
+            return Err(LookupError::InBands {
+                name: t.name().to_string(),
+                id: t.id,
+            });
+        }
         if t.tensor.region != Region::Arena {
             return Err(LookupError::NotInArena {
                 name: t.name().to_string(),
@@ -425,6 +441,54 @@ impl Arena<'_> {
     ) -> Result<&mut [u8], LookupError> {
         let (_, pool, range) = self.locate(bundle, key)?;
         Ok(self.pool_of_mut(pool).get_mut(range).unwrap_or(&mut []))
+    }
+
+    /// Copies `data`, all of tensor `key`'s bytes, into the arena: into
+    /// its place, or, for an input written in bands of rows, row by row
+    /// into its bands. Returns the tensor's byte size when `data` has
+    /// another length (nothing is written then).
+    pub fn write_bytes<K: TensorKey + ?Sized>(
+        &mut self,
+        bundle: &Bundle,
+        key: &K,
+        data: &[u8],
+    ) -> Result<Result<(), u64>, LookupError> {
+        let contents = bundle.contents();
+        let t = lookup::find(contents, key)?;
+        if data.len() as u64 != t.tensor.size {
+            return Ok(Err(t.tensor.size));
+        }
+        if t.tensor.region != Region::Rows {
+            self.tensor_bytes_mut(bundle, &t.id)?.copy_from_slice(data);
+            return Ok(Ok(()));
+        }
+        // Validation made the bands' rows add up to the input's, with the
+        // input's other dimensions: `data` is `outer` blocks of `height`
+        // rows, each band takes its rows of every block.
+        let shape = &t.tensor.shape;
+        let axis = shape.len().saturating_sub(2);
+        let row_bytes: u64 =
+            shape[axis + 1..].iter().product::<u64>() * t.tensor.dtype.size_bytes();
+        let height = shape.get(axis).copied().unwrap_or(0);
+        let block = usize::try_from(height * row_bytes).unwrap_or(usize::MAX);
+        let mut first_row = 0u64;
+        for (band, b) in contents.tensors.iter().enumerate() {
+            if b.alias_of != Some((stow_bundle::AliasKind::InputRows, t.id)) {
+                continue;
+            }
+            let rows = b.shape.get(axis).copied().unwrap_or(0);
+            let (start, len) = (first_row * row_bytes, rows * row_bytes);
+            let (start, len) = (start as usize, len as usize);
+            let dst = self.tensor_bytes_mut(bundle, &(band as u32))?;
+            for (out, src) in dst
+                .chunks_exact_mut(len.max(1))
+                .zip(data.chunks_exact(block.max(1)))
+            {
+                out.copy_from_slice(&src[start..start + len]);
+            }
+            first_row += rows;
+        }
+        Ok(Ok(()))
     }
 
     /// Arena tensor `key` as a slice of `T`, which must match its element

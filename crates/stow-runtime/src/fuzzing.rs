@@ -79,6 +79,7 @@ pub fn open_and_walk(bytes: &[u8]) -> Walk {
                 assert_eq!(t.offset % 64, 0);
                 typed(w, t.dtype);
             }
+            Region::Rows => assert!(view.weight_bytes(id).is_none()),
             Region::Arena => {
                 assert!(view.weight_bytes(id).is_none());
                 let end = t.offset.checked_add(t.size).expect("offset + size");

@@ -63,6 +63,15 @@ pub enum LookupError {
         /// Tensor id.
         id: u32,
     },
+    /// The input is written in bands of rows (a patched stage reads it
+    /// so): it has no place of its own in the arena to hand out.
+    #[error("input `{name}` (id {id}) is written in bands of rows and has no place of its own in the arena; copy it in with Session::write_input_bytes or set_input (C: stow_session_set_input)")]
+    InBands {
+        /// Tensor name.
+        name: String,
+        /// Tensor id.
+        id: u32,
+    },
     /// The tensor's bytes do not start at a multiple of the element
     /// type's alignment (a weight of a bundle held in an unaligned buffer,
     /// or an arena tensor at an odd offset).

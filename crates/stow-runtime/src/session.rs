@@ -69,6 +69,16 @@ pub enum SessionError {
         /// Elements given.
         got: usize,
     },
+    /// An input's bytes were given with the wrong length.
+    #[error("input `{name}` takes {want} bytes, {got} given")]
+    InputBytes {
+        /// The input.
+        name: String,
+        /// Bytes it holds.
+        want: u64,
+        /// Bytes given.
+        got: usize,
+    },
 }
 
 /// The scratch tensor the compiler planned for a step, if usable: f32, in
@@ -360,17 +370,37 @@ impl<'b> Session<'b> {
         key: &K,
         data: &[T],
     ) -> Result<(), SessionError> {
-        let name = self.bundle.tensor(key)?.name().to_string();
-        let slot = self.input_mut::<T, K>(key)?;
-        if slot.len() != data.len() {
+        let t = self.bundle.tensor(key)?;
+        crate::lookup::check_dtype::<T>(t)?;
+        let elements = t.tensor.size / t.tensor.dtype.size_bytes();
+        if data.len() as u64 != elements {
             return Err(SessionError::InputSize {
-                name,
-                want: slot.len(),
+                name: t.name().to_string(),
+                want: elements as usize,
                 got: data.len(),
             });
         }
-        slot.copy_from_slice(data);
-        Ok(())
+        self.write_input_bytes(key, bytemuck::cast_slice(data))
+    }
+
+    /// Copies `data`, the input's bytes (little-endian elements, row-major),
+    /// into input `key`: into its place in the arena, or into its bands of
+    /// rows for an input a patched stage reads so (which
+    /// [`Session::input_bytes_mut`] cannot hand out).
+    pub fn write_input_bytes<K: TensorKey + ?Sized>(
+        &mut self,
+        key: &K,
+        data: &[u8],
+    ) -> Result<(), SessionError> {
+        let t = self.bundle.tensor(key)?;
+        match self.arena.write_bytes(self.bundle, key, data)? {
+            Ok(()) => Ok(()),
+            Err(want) => Err(SessionError::InputBytes {
+                name: t.name().to_string(),
+                want,
+                got: data.len(),
+            }),
+        }
     }
 
     /// Output (or any arena tensor) `key` after [`Session::run`].

@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use stow_bundle::format::{kind, NO_ALIAS};
-use stow_bundle::testing::{refs, sample, sample_pooled};
+use stow_bundle::testing::{refs, sample, sample_pooled, sample_rows, with_assigned_offsets};
 use stow_bundle::{to_bytes, write_file, BundleError, Region};
 
 pub fn write_err(f: impl FnOnce(&mut stow_bundle::Contents, &mut Vec<Vec<u8>>)) -> BundleError {
@@ -475,6 +475,72 @@ pub fn bad_pool() -> Vec<BundleError> {
                 to_bytes(&c, &refs(&w)).expect_err("past the end of pool 1")
             },
             BundleError::OutOfRegion { limit: 64, .. }
+        ),
+    ]
+}
+
+/// An input written in bands of rows and its bands must fit together: the
+/// writer refuses each mismatch, and the valid sample round-trips with the
+/// header flag set.
+pub fn bad_input_rows() -> Vec<BundleError> {
+    use stow_bundle::{AliasKind, BundleView};
+    let (c, w) = sample_rows();
+    let bytes = to_bytes(&c, &refs(&w)).expect("the sample is valid");
+    let view = BundleView::parse(&bytes).expect("and reads back");
+    assert_eq!(view.contents(), &with_assigned_offsets(&c));
+    assert_ne!(
+        view.header().flags & stow_bundle::format::FLAG_INPUT_ROWS,
+        0
+    );
+    let rows_err = |f: fn(&mut stow_bundle::Contents)| {
+        let (mut c, w) = sample_rows();
+        f(&mut c);
+        to_bytes(&c, &refs(&w)).expect_err("writer input must be rejected")
+    };
+    let input_rows = |e: BundleError, index: usize| expect!(e, BundleError::BadInputRows { index: i, .. } if i == index);
+    vec![
+        // The bands hold 1 of the input's 2 rows.
+        input_rows(rows_err(|c| c.tensors[6].alias_of = None), 0),
+        // A band of another type.
+        input_rows(
+            rows_err(|c| {
+                c.tensors[6].dtype = stow_bundle::DType::I32;
+            }),
+            6,
+        ),
+        // A band that the caller cannot have written before step 0.
+        input_rows(
+            rows_err(|c| (c.tensors[6].first_step, c.tensors[6].last_step) = (1, 1)),
+            6,
+        ),
+        // Rows of a tensor that is not in region `rows`.
+        input_rows(
+            rows_err(|c| c.tensors[6].alias_of = Some((AliasKind::InputRows, 2))),
+            6,
+        ),
+        // An operator reading the whole input.
+        input_rows(rows_err(|c| c.ops[0].inputs[0] = 0), 0),
+        // An operator writing a band.
+        input_rows(rows_err(|c| c.ops[1].outputs[0] = 6), 6),
+        // A band listed as a graph input of its own.
+        input_rows(rows_err(|c| c.inputs.push(5)), 5),
+        // The input in region `rows` but not a graph input.
+        input_rows(rows_err(|c| c.inputs.clear()), 0),
+        expect!(
+            rows_err(|c| c.tensors[0].offset = 8),
+            BundleError::BadField {
+                index: 0,
+                field: "offset",
+                ..
+            }
+        ),
+        expect!(
+            rows_err(|c| c.tensors[0].kind = stow_bundle::TensorKind::Activation),
+            BundleError::BadField {
+                index: 0,
+                field: "region",
+                ..
+            }
         ),
     ]
 }

@@ -60,10 +60,10 @@ pub fn unsupported_version() -> Vec<BundleError> {
 
 pub fn unknown_flags() -> Vec<BundleError> {
     vec![expect!(
-        err(&with_header(|h| h.flags = 16)),
+        err(&with_header(|h| h.flags = 32)),
         BundleError::UnknownFlags {
-            flags: 16,
-            known: 15
+            flags: 32,
+            known: 31
         }
     )]
 }

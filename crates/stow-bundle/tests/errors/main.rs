@@ -62,10 +62,11 @@ fn variant(e: &BundleError) -> &'static str {
         MissingDirectory { .. } => "MissingDirectory",
         Io { .. } => "Io",
         BadPool { .. } => "BadPool",
+        BadInputRows { .. } => "BadInputRows",
     }
 }
 
-const ALL_VARIANTS: usize = 31;
+const ALL_VARIANTS: usize = 32;
 
 /// Each case returns the errors it checked, for the coverage test.
 macro_rules! cases {
@@ -109,6 +110,7 @@ mod case {
         missing_directory,
         io,
         bad_pool,
+        bad_input_rows,
     );
 }
 

@@ -43,6 +43,7 @@ pub(crate) fn alias_text(c: &Contents, t: &Tensor) -> Option<String> {
         AliasKind::View => format!("view of {other}"),
         AliasKind::ConcatSlice => format!("slice of concat {other}"),
         AliasKind::DepthwiseInPlace => format!("depthwise in place of {other}"),
+        AliasKind::InputRows => format!("rows of input {other}"),
     })
 }
 
@@ -86,7 +87,7 @@ fn packed_text(c: &Contents, id: u32) -> Option<String> {
 /// The name of a tensor's pool (`-` for weights, `arena` without pools).
 fn pool_name(c: &Contents, t: &Tensor) -> String {
     match (t.region, c.pools.get(t.pool as usize)) {
-        (Region::Weights, _) => "-".to_string(),
+        (Region::Weights | Region::Rows, _) => "-".to_string(),
         (Region::Arena, Some(p)) => p.name.clone(),
         (Region::Arena, None) => "arena".to_string(),
     }
@@ -299,6 +300,7 @@ pub fn run(args: Args) -> Result<()> {
         let offset = match t.region {
             Region::Arena => t.offset.to_string(),
             Region::Weights => format!("w+{}", t.offset),
+            Region::Rows => "bands".to_string(),
         };
         let steps = |s: u32| {
             if t.region == Region::Weights {

@@ -217,7 +217,7 @@ pub fn run(args: Args) -> Result<()> {
         // An in-place op may overwrite a graph input (`--reuse-inputs`):
         // write the inputs before every run.
         for (&id, t) in ids.iter().zip(&inputs) {
-            session.input_bytes_mut(&id)?.copy_from_slice(t.as_bytes());
+            session.write_input_bytes(&id, t.as_bytes())?;
         }
         let started = Instant::now();
         session.run()?;

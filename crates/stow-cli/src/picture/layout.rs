@@ -345,13 +345,13 @@ impl<'c> Layout<'c> {
         let mut order: Vec<usize> = arena
             .iter()
             .copied()
-            .filter(|&i| c.tensors[i].alias_of.is_none())
+            .filter(|&i| !c.tensors[i].alias_of.is_some_and(|(k, _)| k.shares_bytes()))
             .collect();
         order.extend(
             arena
                 .iter()
                 .copied()
-                .filter(|&i| c.tensors[i].alias_of.is_some()),
+                .filter(|&i| c.tensors[i].alias_of.is_some_and(|(k, _)| k.shares_bytes())),
         );
         let mut index_of: Vec<Option<usize>> = vec![None; c.tensors.len()];
         for (b, &i) in order.iter().enumerate() {

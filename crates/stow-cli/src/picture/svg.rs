@@ -320,7 +320,7 @@ fn link_dash(kind: AliasKind) -> &'static str {
     match kind {
         AliasKind::InPlace | AliasKind::DepthwiseInPlace => "",
         AliasKind::View => r#" stroke-dasharray="5 3""#,
-        AliasKind::ConcatSlice => r#" stroke-dasharray="1 2""#,
+        AliasKind::ConcatSlice | AliasKind::InputRows => r#" stroke-dasharray="1 2""#,
     }
 }
 

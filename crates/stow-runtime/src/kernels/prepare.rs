@@ -82,6 +82,12 @@ pub fn operand<'b>(
     let len = shape.iter().product();
     let size = t.dtype.size_bytes() as usize;
     let loc = match t.region {
+        Region::Rows => {
+            return Err(format!(
+                "input `{}` is written in bands of rows; no operator may read it whole",
+                t.name
+            ))
+        }
         Region::Weights => {
             Loc::Weight(weight(id).ok_or_else(|| format!("weight {id} has no bytes"))?)
         }
