@@ -916,3 +916,60 @@ fn a_single_arena_bundle_is_one_pool() {
         assert_eq!(stow_bundle_free(b), STOW_OK);
     }
 }
+
+/// A bundle whose patched stage reads its image in bands of rows: the
+/// image has no place in the arena to hand out, `stow_session_set_input`
+/// copies it into its bands, and the outputs are the Rust runtime's and
+/// the unpatched bundle's.
+#[test]
+fn an_input_written_in_bands_is_copied_in_not_handed_out() {
+    let path = root().join("testdata/patch_chain.onnx");
+    let options = stow_compile::CompileOptions {
+        stages: vec![stow_compile::PatchedStage::parse("image:maxpool_9:8").unwrap()],
+        ..stow_compile::CompileOptions::default()
+    };
+    let bytes = stow_compile::compile(&path, &options)
+        .unwrap()
+        .bytes()
+        .to_vec();
+    let mut buffer = Aligned::of(&bytes);
+    let b = open(&mut buffer, bytes.len());
+    let input = info(b, false, 0);
+    assert_eq!(name_of(&input), "image");
+    let count = input.element_count as usize;
+    let values: Vec<f32> = (0..count).map(|i| (i as f32 * 0.013).cos()).collect();
+    let (arena_bytes, _) = arena_of(b);
+    let mut arena = Aligned::new(arena_bytes);
+    let (st, s, msg) = create_in(b, arena.ptr(), arena_bytes);
+    assert_eq!(status(st), "STOW_OK", "{msg}");
+    let output = info(b, true, 0);
+    let mut got = vec![0u8; output.byte_size as usize];
+    // SAFETY: live handles, buffers of the stated sizes; the in-arena
+    // source is `input.byte_size` bytes of the caller's own arena buffer.
+    unsafe {
+        let (mut data, mut len) = (null_mut(), 0);
+        let st = stow_session_input_buffer(s, 0, &mut data, &mut len);
+        assert_eq!(status(st), "STOW_ERR_NOT_FOUND");
+        assert!(
+            session_error(s).contains("bands of rows"),
+            "{}",
+            session_error(s)
+        );
+        let inside = arena.ptr().cast::<c_void>();
+        let st = stow_session_set_input_at(s, 0, inside, input.byte_size);
+        assert_eq!(status(st), "STOW_ERR_INVALID_ARGUMENT");
+        assert!(session_error(s).contains("must not lie in the session's arena"));
+        let st = stow_session_set_input_at(s, 0, values.as_ptr().cast(), input.byte_size);
+        assert_eq!(status(st), "STOW_OK", "{}", session_error(s));
+        assert_eq!(stow_session_run(s), STOW_OK, "{}", session_error(s));
+        let st = stow_session_copy_output(s, 0, got.as_mut_ptr().cast(), got.len());
+        assert_eq!(status(st), "STOW_OK", "{}", session_error(s));
+        assert_eq!(stow_session_free(s), STOW_OK);
+        assert_eq!(stow_bundle_free(b), STOW_OK);
+    }
+    assert_eq!(got, rust_output(&bytes, &values));
+    let whole = bytemuck_free_f32(&rust_output(&compiled("patch_chain"), &values));
+    for (g, w) in bytemuck_free_f32(&got).iter().zip(&whole) {
+        assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+    }
+}

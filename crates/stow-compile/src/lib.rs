@@ -53,3 +53,5 @@ pub use options::{CompileOptions, DEFAULT_ALIGN, DEFAULT_MAX_ARENA, DEFAULT_THRE
 pub use pipeline::{compile, Compiled};
 pub use pools::{Pin, Placement, PoolReport, PoolSpec, PoolsError};
 pub use report::{Report, TensorCounts};
+/// A stage run in bands of rows ([`CompileOptions::stages`]).
+pub use stow_onnx::PatchedStage;

@@ -370,7 +370,7 @@ fn plan_graph(
             admission,
             ..options.plan.clone()
         };
-        match plan(&problem, &plan_options) {
+        match plan_within(&problem, &plan_options) {
             Ok(p) => {
                 let served = pools::served(&problem, &p, &traffic);
                 if best.as_ref().is_none_or(|(s, _)| served > *s) {
@@ -405,4 +405,29 @@ fn plan_graph(
         comparison,
         chosen,
     })
+}
+
+/// Plans `problem`. With a capacity and the `auto` portfolio on one arena,
+/// the smallest layout the portfolio finds is kept when it fits: the
+/// planner's capacity mode stops at the first layout within the capacity
+/// (it decides whether the model fits), where a compiled bundle should be
+/// as small as the time limit allows. Only when that layout does not fit
+/// does the capacity search run.
+fn plan_within(problem: &Problem, options: &PlanOptions) -> Result<Plan, PlanError> {
+    let minimise = options.strategy == Strategy::Auto && problem.pools.is_empty();
+    if let (true, Some(capacity)) = (minimise, options.capacity) {
+        let smallest = plan(
+            problem,
+            &PlanOptions {
+                capacity: None,
+                ..options.clone()
+            },
+        );
+        if let Ok(p) = smallest {
+            if p.arena_bytes <= capacity {
+                return Ok(p);
+            }
+        }
+    }
+    plan(problem, options)
 }

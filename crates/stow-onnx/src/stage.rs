@@ -2,7 +2,8 @@
 //! over the rows of its output, so that its large early activations never
 //! exist whole.
 //!
-//! A *stage* runs from one tensor (`from`, kept whole) to a later one
+//! A *stage* runs from one tensor (`from`, kept whole; a graph input is
+//! then cut into bands of rows, see `input_rows.rs`) to a later one
 //! (`to`, assembled whole at the end) through operators that map rows to
 //! rows: convolutions and pools (a window over the rows), and element-wise
 //! operators, products that leave the two spatial axes alone and adding

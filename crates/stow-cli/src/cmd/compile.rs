@@ -79,9 +79,10 @@ pub struct Args {
     pub placement: Placement,
     /// Run a stage of the model in bands of rows (patch-based execution):
     /// `FROM:TO:ROWS` runs every operator between tensors FROM (kept
-    /// whole) and TO, ROWS rows of TO at a time, so the stage's large
-    /// activations exist only as bands (names as `stow inspect` shows
-    /// them; repeatable). Without it, `--capacity` chooses a stage when
+    /// whole; a graph input is written in bands of rows, each free after
+    /// its last reader) and TO, ROWS rows of TO at a time, so the stage's
+    /// large activations exist only as bands (names as `stow inspect`
+    /// shows them; repeatable). Without it, `--capacity` chooses a stage when
     /// the model does not fit otherwise.
     #[arg(long = "patch", value_name = "FROM:TO:ROWS", value_parser = parse_stage)]
     pub stages: Vec<stow_onnx::PatchedStage>,

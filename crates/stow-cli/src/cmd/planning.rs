@@ -19,8 +19,10 @@ pub struct PlanArgs {
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_seconds)]
     pub time_limit: Duration,
     /// Largest arena allowed, in bytes: planning fails (saying how many
-    /// bytes are missing) rather than exceed it, and `search`/`auto` stop
-    /// at the first layout that fits.
+    /// bytes are missing) rather than exceed it. `stow plan`'s
+    /// `search`/`auto` stop at the first layout that fits; `stow compile`
+    /// keeps `auto`'s smallest layout when it fits (and runs stages in
+    /// bands of rows when the model alone does not).
     #[arg(long, value_name = "BYTES")]
     pub capacity: Option<u64>,
 }
