@@ -354,7 +354,7 @@ fn fused_tiles_requantise_as_the_reference() {
             })
             .collect();
         let len = 3 + m * stride + 4;
-        let fuse = move |i0: usize| case % 7 != 0 || i0 % (2 * MR) == 0;
+        let fuse = move |i0: usize| case % 7 != 0 || i0.is_multiple_of(2 * MR);
         for isa in Isa::all_available() {
             for nb in [1, 3, NB] {
                 for unsigned in [true, false] {
