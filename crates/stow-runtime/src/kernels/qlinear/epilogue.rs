@@ -125,6 +125,25 @@ pub(super) fn tile(
     }
 }
 
+/// The bytes of a u8 or i8 output (the same bytes the requantisation
+/// stores for either, [`x86::Consts::narrow`]); `None` for an i32 one.
+pub(super) fn bytes<'o>(out: &Out<'o>) -> Option<&'o [Cell<u8>]> {
+    match *out {
+        Out::U8(c) => Some(c),
+        Out::I8(c) => {
+            // SAFETY: `Cell<i8>` and `Cell<u8>` have one byte's size and
+            // alignment and every bit pattern is valid for both; the new
+            // slice covers the same cells for the same lifetime, still
+            // shared and interior-mutable.
+            #[allow(unsafe_code)]
+            let bytes =
+                unsafe { core::slice::from_raw_parts(c.as_ptr().cast::<Cell<u8>>(), c.len()) };
+            Some(bytes)
+        }
+        Out::I32(_) => None,
+    }
+}
+
 /// The output row, exactly as long as the sums.
 #[derive(Clone, Copy)]
 enum Dst<'a> {
@@ -197,7 +216,7 @@ fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) 
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use super::super::clip_bounds;
     use super::{Dst, Line};
     use core::arch::x86_64::*;
@@ -231,12 +250,7 @@ mod x86 {
     #[inline]
     pub(super) fn narrow_avx512(raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
         let n = raw.len();
-        let m = _mm512_set1_epi32(line.m);
-        let c = _mm512_set1_epi32(line.c);
-        let scale = _mm512_set1_ps(line.scale);
-        let (min, max) = clip_bounds(line.zero, line.range);
-        let (min, max) = (_mm512_set1_ps(min), _mm512_set1_ps(max));
-        let zero = _mm512_set1_epi32(line.zero);
+        let k = Consts::of(line);
         // A zero multiplier (symmetric weights: b0 = 0) adds nothing: the
         // lane sums are not read, the same sums either way.
         let sums = sums.filter(|_| line.m != 0);
@@ -249,19 +263,11 @@ mod x86 {
             // loads and stores touch no other lane; `dst`'s cells are
             // only accessed by this thread while the row is written.
             #[allow(unsafe_code)]
-            let mut acc = unsafe { _mm512_maskz_loadu_epi32(mask, raw.as_ptr().add(l).cast()) };
-            if let Some(s) = sums {
-                #[allow(unsafe_code)]
-                let s = unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().add(l).cast()) };
-                acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(m, s));
-            }
-            acc = _mm512_add_epi32(acc, c);
-            let y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
-            // Operand order as MLAS's: a NaN takes the second, the bound.
-            let y = _mm512_min_ps(_mm512_max_ps(y, min), max);
-            let r =
-                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
-            let y = _mm512_add_epi32(r, zero);
+            let acc = unsafe { _mm512_maskz_loadu_epi32(mask, raw.as_ptr().add(l).cast()) };
+            #[allow(unsafe_code)]
+            let s =
+                sums.map(|s| unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().add(l).cast()) });
+            let y = k.narrow(acc, s);
             #[allow(unsafe_code)]
             unsafe {
                 match dst {
@@ -276,6 +282,61 @@ mod x86 {
                 }
             }
             l += lanes;
+        }
+    }
+
+    /// A [`Line`] in AVX-512 registers, for sixteen lanes at a time: the
+    /// one source of the narrow requantisation, used on rows re-read from
+    /// a tile ([`narrow_avx512`]) and on sums still in the product's
+    /// registers (`igemm`'s fused tiles).
+    #[derive(Clone, Copy)]
+    pub(in crate::kernels::qlinear) struct Consts {
+        m: __m512i,
+        c: __m512i,
+        scale: __m512,
+        min: __m512,
+        max: __m512,
+        zero: __m512i,
+    }
+
+    impl Consts {
+        /// `line`'s constants; its zero point within its range.
+        #[target_feature(enable = "avx512f,avx512bw")]
+        #[inline]
+        pub(in crate::kernels::qlinear) fn of(line: &Line) -> Consts {
+            let (min, max) = clip_bounds(line.zero, line.range);
+            Consts {
+                m: _mm512_set1_epi32(line.m),
+                c: _mm512_set1_epi32(line.c),
+                scale: _mm512_set1_ps(line.scale),
+                min: _mm512_set1_ps(min),
+                max: _mm512_set1_ps(max),
+                zero: _mm512_set1_epi32(line.zero),
+            }
+        }
+
+        /// MLAS's f32 requantisation of sixteen raw sums `acc` (less `m`
+        /// times the lane sums `sums`, if any): the outputs as i32, each
+        /// within the line's range, whose low bytes are the u8 or i8
+        /// outputs.
+        #[target_feature(enable = "avx512f,avx512bw")]
+        #[inline]
+        pub(in crate::kernels::qlinear) fn narrow(
+            &self,
+            acc: __m512i,
+            sums: Option<__m512i>,
+        ) -> __m512i {
+            let mut acc = acc;
+            if let Some(s) = sums {
+                acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(self.m, s));
+            }
+            acc = _mm512_add_epi32(acc, self.c);
+            let y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), self.scale);
+            // Operand order as MLAS's: a NaN takes the second, the bound.
+            let y = _mm512_min_ps(_mm512_max_ps(y, self.min), self.max);
+            let r =
+                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+            _mm512_add_epi32(r, self.zero)
         }
     }
 

@@ -10,7 +10,7 @@
 //! one of rows × lanes summed over one axis with b the same for every row.
 
 use super::epilogue::{self, Line};
-use super::igemm::{self, Done, Isa, Operands, MR, NR};
+use super::igemm::{self, Done, Epilogue, Isa, Operands, Rows, MR, NR};
 use super::{Channels, Out, QConv, QProduct, Requant};
 use crate::kernels::cells::{Load, Src};
 use crate::kernels::contract::Contraction;
@@ -135,6 +135,55 @@ impl RowLines {
             self.known[g] = true;
         }
         out
+    }
+}
+
+/// The epilogue of a product: with `line` (every row of one channel),
+/// row `i` whose sum is `row_sum` has `line(i, row_sum)` (its offset of
+/// lane 0 and [`Line`], kept per group of rows in [`RowLines`]) and is
+/// requantised in the kernel where it can be ([`Epilogue::rows`]), else
+/// from its tile by [`epilogue::tile`]; without, each tile goes to
+/// `other`.
+struct Sink<'r, 'o, F, G> {
+    isa: Isa,
+    out: &'r Out<'o>,
+    /// Rows and lanes of the product.
+    rows: usize,
+    lanes: usize,
+    lines: RowLines,
+    line: Option<F>,
+    other: G,
+}
+
+impl<F: FnMut(usize, i32) -> (usize, Line), G> Sink<'_, '_, F, G> {
+    /// The lines of rows `i0..` (and how many of the group's rows are in
+    /// the product), `None` without `line`.
+    #[inline]
+    fn lines(&mut self, i0: usize, row_sums: &[i32; MR]) -> Option<([(usize, Line); MR], usize)> {
+        let line = self.line.as_mut()?;
+        let rows = MR.min(self.rows - i0);
+        Some((self.lines.of(i0, rows, |i| line(i, row_sums[i - i0])), rows))
+    }
+}
+
+impl<'o, F: FnMut(usize, i32) -> (usize, Line), G: FnMut(Done<'_>)> Epilogue<'o>
+    for Sink<'_, 'o, F, G>
+{
+    fn rows(&mut self, i0: usize, row_sums: &[i32; MR]) -> Option<Rows<'o>> {
+        let out = epilogue::bytes(self.out)?;
+        let (lines, count) = self.lines(i0, row_sums)?;
+        Some(Rows { out, lines, count })
+    }
+
+    #[inline]
+    fn tile(&mut self, d: Done<'_>) {
+        let Some((mut at, rows)) = self.lines(d.i0, d.row_sums) else {
+            return (self.other)(d);
+        };
+        let lanes = NR.min(self.lanes - d.j0);
+        at.iter_mut().for_each(|(o, _)| *o += d.j0);
+        let sums = Some(&d.lane_sums[..lanes]);
+        epilogue::tile(self.isa, &d.raw[..rows], lanes, sums, &at[..rows], self.out);
     }
 }
 
@@ -697,21 +746,22 @@ impl QConv {
                     let first = (image * c_out + ops.c0) * plane_out;
                     // The rows' lines, looked up once per group of rows
                     // rather than per tile.
-                    let mut lines = RowLines::new();
-                    igemm::product(isa, &ops, scratch, panels.clone(), |d: Done<'_>| {
-                        let rows = MR.min(s.out_per_group - d.i0);
-                        let lanes = NR.min(plane_out - d.j0);
-                        let mut at = lines.of(d.i0, rows, |i| {
+                    let sink = Sink {
+                        isa,
+                        out,
+                        rows: s.out_per_group,
+                        lanes: plane_out,
+                        lines: RowLines::new(),
+                        line: Some(|i: usize, row_sum: i32| {
                             let o = first + i * plane_out;
                             let (bias, scale, b0) = q.channel(o);
                             let b0 = dom.b0(b0);
-                            let c = folded(d.row_sums[i - d.i0], s.k(), a0, b0);
+                            let c = folded(row_sum, s.k(), a0, b0);
                             (o, q.line(bias, scale, b0, c))
-                        });
-                        at.iter_mut().for_each(|(o, _)| *o += d.j0);
-                        let sums = Some(&d.lane_sums[..lanes]);
-                        epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);
-                    });
+                        }),
+                        other: |_: Done<'_>| {},
+                    };
+                    igemm::product(isa, &ops, scratch, panels.clone(), sink);
                 }
             }
         }));
@@ -1099,24 +1149,17 @@ impl QProduct {
                 let out_base = base(2);
                 // With one channel per row, the rows' lines are looked
                 // up once per group of rows rather than per tile.
-                let mut lines = RowLines::new();
-                let emit = |d: Done<'_>| {
+                let line = |i: usize, row_sum: i32| {
+                    let o = out_base + plan.rows.offset(2, i);
+                    let (bias, scale, b0) = q.channel(o);
+                    let b0 = dom.b0(b0);
+                    let (x, m) = if plan.lanes_are_a { (a0, b0) } else { (b0, a0) };
+                    let c = folded(row_sum, plan.k, x, m);
+                    (o, q.line(bias, scale, m, c))
+                };
+                let other = |d: Done<'_>| {
                     let rows = MR.min(plan.rows.len() - d.i0);
                     let lanes = NR.min(n - d.j0);
-                    if plan.row_channels {
-                        let mut at = lines.of(d.i0, rows, |i| {
-                            let o = out_base + plan.rows.offset(2, i);
-                            let (bias, scale, b0) = q.channel(o);
-                            let b0 = dom.b0(b0);
-                            let (x, m) = if plan.lanes_are_a { (a0, b0) } else { (b0, a0) };
-                            let c = folded(d.row_sums[i - d.i0], plan.k, x, m);
-                            (o, q.line(bias, scale, m, c))
-                        });
-                        at.iter_mut().for_each(|(o, _)| *o += d.j0);
-                        let sums = Some(&d.lane_sums[..lanes]);
-                        epilogue::tile(isa, &d.raw[..rows], lanes, sums, &at[..rows], out);
-                        return;
-                    }
                     for r in 0..rows {
                         let o = out_base + plan.rows.offset(2, d.i0 + r) + d.j0;
                         let sums = |l: usize| {
@@ -1137,6 +1180,15 @@ impl QProduct {
                             out.set(o + l, q.finish(acc, bias, scale));
                         }
                     }
+                };
+                let emit = Sink {
+                    isa,
+                    out,
+                    rows: plan.rows.len(),
+                    lanes: n,
+                    lines: RowLines::new(),
+                    line: plan.row_channels.then_some(line),
+                    other,
                 };
                 if plan.lanes_are_a {
                     let ops = ProductOps::<_, _, true> {

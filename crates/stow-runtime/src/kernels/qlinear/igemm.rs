@@ -46,6 +46,9 @@ use crate::kernels::cells::Load;
 use core::cell::Cell;
 use core::ops::Range;
 
+mod fused;
+pub(super) use fused::{Epilogue, Rows};
+
 /// Lanes of a panel: output columns a tile computes together (one
 /// AVX-512 register of i32).
 pub const NR: usize = 16;
@@ -358,14 +361,16 @@ fn pack_lanes<O: Operands>(isa: Isa, ops: &O, j0: usize, panel: &[Cell<u32>]) ->
 
 /// Computes the panels `panels` (lanes `NR·p..`) of the product of `ops`
 /// through `scratch` (at least [`scratch_quads`]`(K, 1)` quads: check with
-/// [`panels_per_block`]) and hands each tile to `emit`, which sees only
-/// whole tiles and must ignore rows and lanes past the product.
-pub fn product<O: Operands>(
+/// [`panels_per_block`]) and hands each tile to `emit` (a closure taking
+/// [`Done`] will do), which sees only whole tiles and must ignore rows and
+/// lanes past the product, unless `emit` has the kernel requantise them
+/// ([`Epilogue::rows`]).
+pub(super) fn product<'o, O: Operands>(
     isa: Isa,
     ops: &O,
     scratch: &[Cell<u32>],
     panels: Range<usize>,
-    mut emit: impl FnMut(Done<'_>),
+    mut emit: impl Epilogue<'o>,
 ) {
     let k = ops.depth();
     let nq = k.div_ceil(4);
@@ -420,6 +425,10 @@ pub fn product<O: Operands>(
                 None => ops.pack_rows(i0, row_buf),
             };
             let lu = O::LANES_UNSIGNED;
+            let fused = match isa {
+                Isa::Vnni => emit.rows(i0, &row_sums).filter(|f| f.usable(ops.lanes())),
+                _ => None,
+            };
             let mut b = 0;
             while b < count {
                 // Up to three panels at a time where they are read alike:
@@ -437,9 +446,29 @@ pub fn product<O: Operands>(
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                 // Each tile handed on where it was computed: gathering them
                 // into one array first copied 768 bytes per group.
+                if let Some(to) = &fused {
+                    let lanes = |t: usize| {
+                        let j0 = (p + b + t) * NR;
+                        fused::Lanes {
+                            j0,
+                            lanes: NR.min(ops.lanes().saturating_sub(j0)),
+                            sums: &sums[b + t],
+                        }
+                    };
+                    match (&direct, n) {
+                        (Some(d), 3) => fused_group::<3, _>(lu, at, d, nq, lanes, to),
+                        (Some(d), 2) => fused_group::<2, _>(lu, at, d, nq, lanes, to),
+                        (Some(d), _) => fused_group::<1, _>(lu, at, d, nq, lanes, to),
+                        (None, 3) => fused_group::<3, _>(lu, at, &Packed(row_buf), nq, lanes, to),
+                        (None, 2) => fused_group::<2, _>(lu, at, &Packed(row_buf), nq, lanes, to),
+                        (None, _) => fused_group::<1, _>(lu, at, &Packed(row_buf), nq, lanes, to),
+                    }
+                    b += n;
+                    continue;
+                }
                 let mut put = |raws: &[Tile]| {
                     for (t, raw) in raws.iter().enumerate() {
-                        emit(Done {
+                        emit.tile(Done {
                             i0,
                             j0: (p + b + t) * NR,
                             raw,
@@ -480,6 +509,47 @@ fn group<'s, const N: usize, R: RowQuads>(
         tiles_of(isa, lanes_unsigned, mapped, rows, nq)
     } else {
         tiles_of(isa, lanes_unsigned, panels.map(|(_, s)| s), rows, nq)
+    }
+}
+
+/// [`group`] requantised by the kernel into `to` ([`fused`]); only
+/// chosen with [`Isa::Vnni`].
+#[inline(always)]
+fn fused_group<'s, const N: usize, R: RowQuads>(
+    lanes_unsigned: bool,
+    at: impl Fn(usize) -> (Option<&'s [u32]>, &'s [Cell<u32>]),
+    rows: &R,
+    nq: usize,
+    lanes: impl Fn(usize) -> fused::Lanes<'s>,
+    to: &Rows<'_>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let panels: [_; N] = core::array::from_fn(&at);
+        let lanes: [_; N] = core::array::from_fn(lanes);
+        // SAFETY (all four): `product` fuses only with `Isa::Vnni`, chosen
+        // where the CPU has AVX-512 F, BW and VNNI (`Isa::detect`).
+        #[allow(unsafe_code)]
+        if panels.iter().all(|(m, _)| m.is_some()) {
+            let mapped = panels.map(|(m, _)| m.unwrap_or(&[]));
+            if lanes_unsigned {
+                unsafe { fused::tiles_vnni::<true, N, _, R>(mapped, rows, nq, lanes, to) }
+            } else {
+                unsafe { fused::tiles_vnni::<false, N, _, R>(mapped, rows, nq, lanes, to) }
+            }
+        } else {
+            let scratch = panels.map(|(_, s)| s);
+            if lanes_unsigned {
+                unsafe { fused::tiles_vnni::<true, N, _, R>(scratch, rows, nq, lanes, to) }
+            } else {
+                unsafe { fused::tiles_vnni::<false, N, _, R>(scratch, rows, nq, lanes, to) }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (lanes_unsigned, at, rows, nq, lanes, to);
+        debug_assert!(false, "fused tiles without VNNI");
     }
 }
 
@@ -607,194 +677,7 @@ fn tile_portable<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{Operands, PanelQuads, RowQuads, Tile, MR, NR};
-    use core::arch::x86_64::*;
-    use core::cell::Cell;
-
-    /// The sum of `k` bytes at `src`, each XORed with `flip` first.
-    ///
-    /// # Safety
-    /// AVX2; `src` readable for `k` bytes.
-    #[target_feature(enable = "avx2")]
-    #[allow(unsafe_code)]
-    pub(super) unsafe fn byte_sum(src: *const u8, k: usize, flip: u8) -> u64 {
-        let (zero, f) = (_mm256_setzero_si256(), _mm256_set1_epi8(flip as i8));
-        let mut acc = zero;
-        let mut i = 0;
-        while i + 32 <= k {
-            // SAFETY: i + 32 <= k.
-            let v = _mm256_xor_si256(_mm256_loadu_si256(src.add(i).cast()), f);
-            acc = _mm256_add_epi64(acc, _mm256_sad_epu8(v, zero));
-            i += 32;
-        }
-        let mut lanes = [0u64; 4];
-        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc);
-        let mut sum = lanes.iter().sum::<u64>();
-        while i < k {
-            // SAFETY: i < k.
-            sum += u64::from(*src.add(i) ^ flip);
-            i += 1;
-        }
-        sum
-    }
-
-    /// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
-    /// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tile_vnni<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
-        panel: P,
-        rows: &R,
-        nq: usize,
-    ) -> Tile {
-        let mut acc = [_mm512_setzero_si512(); MR];
-        for q in 0..nq {
-            // SAFETY: `at` checked that NR = 16 quads follow, the 64
-            // bytes one unaligned load reads; scratch is only written by
-            // this thread and a mapped weight never.
-            #[allow(unsafe_code)]
-            let x = unsafe { _mm512_loadu_si512(panel.at(q * NR, NR).cast()) };
-            for (r, a) in acc.iter_mut().enumerate() {
-                let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
-                // vpdpbusd multiplies its first operand's bytes as u8 and
-                // its second's as i8.
-                *a = if LANES_UNSIGNED {
-                    _mm512_dpbusd_epi32(*a, x, w)
-                } else {
-                    _mm512_dpbusd_epi32(*a, w, x)
-                };
-            }
-        }
-        let mut out = [[0i32; NR]; MR];
-        for (o, a) in out.iter_mut().zip(acc) {
-            // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store writes.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
-            };
-        }
-        out
-    }
-
-    /// [`Operands::pack_lanes`] compiled for AVX-512 F and BW, which the
-    /// caller guarantees.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn pack_lanes_avx512<O: Operands>(
-        ops: &O,
-        j0: usize,
-        panel: &[Cell<u32>],
-    ) -> [i32; NR] {
-        ops.pack_lanes(j0, panel)
-    }
-
-    /// [`Operands::pack_lanes`] compiled for AVX2, which the caller
-    /// guarantees.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn pack_lanes_avx2<O: Operands>(
-        ops: &O,
-        j0: usize,
-        panel: &[Cell<u32>],
-    ) -> [i32; NR] {
-        ops.pack_lanes(j0, panel)
-    }
-
-    /// [`super::tiles_of`] with `vpdpbusd`: [`tile_vnni`] of `N` panels
-    /// in one pass. The caller guarantees AVX-512 F, BW and VNNI, and that
-    /// `rows` holds `nq` quads and each panel `nq·NR`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) fn tiles_vnni<
-        const LANES_UNSIGNED: bool,
-        const N: usize,
-        P: PanelQuads,
-        R: RowQuads,
-    >(
-        panels: [P; N],
-        rows: &R,
-        nq: usize,
-    ) -> [Tile; N] {
-        let mut acc = [[_mm512_setzero_si512(); MR]; N];
-        for q in 0..nq {
-            // SAFETY: as in `tile_vnni`, for each panel.
-            #[allow(unsafe_code)]
-            let x: [__m512i; N] = core::array::from_fn(|t| unsafe {
-                _mm512_loadu_si512(panels[t].at(q * NR, NR).cast())
-            });
-            for r in 0..MR {
-                let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
-                for (a, x) in acc.iter_mut().zip(x) {
-                    a[r] = if LANES_UNSIGNED {
-                        _mm512_dpbusd_epi32(a[r], x, w)
-                    } else {
-                        _mm512_dpbusd_epi32(a[r], w, x)
-                    };
-                }
-            }
-        }
-        let mut out = [[[0i32; NR]; MR]; N];
-        for (o, a) in out.iter_mut().zip(acc) {
-            for (o, a) in o.iter_mut().zip(a) {
-                // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store
-                // writes.
-                #[allow(unsafe_code)]
-                unsafe {
-                    _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
-                };
-            }
-        }
-        out
-    }
-
-    /// [`super::tile`] with AVX2: each group of four lanes (16 bytes) is
-    /// widened to sixteen i16, multiplied by the row's quad widened the
-    /// same way with `vpmaddwd` (pairs of products into i32, exact), and
-    /// the two i32 of each lane added at the end. The caller guarantees
-    /// AVX2 and that `rows` holds `panel.len() / NR` quads.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn tile_avx2<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
-        panel: P,
-        rows: &R,
-        nq: usize,
-    ) -> Tile {
-        let mut out = [[0i32; NR]; MR];
-        for g in 0..NR / 4 {
-            let mut acc = [_mm256_setzero_si256(); MR];
-            for q in 0..nq {
-                // SAFETY: `at` checked that four quads follow, the 16
-                // bytes one unaligned load reads; scratch is only written
-                // by this thread and a mapped weight never.
-                #[allow(unsafe_code)]
-                let x = unsafe { _mm_loadu_si128(panel.at(q * NR + 4 * g, 4).cast()) };
-                let x = if LANES_UNSIGNED {
-                    _mm256_cvtepu8_epi16(x)
-                } else {
-                    _mm256_cvtepi8_epi16(x)
-                };
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let w = _mm_set1_epi32(rows.quad(q, r) as i32);
-                    let w = if LANES_UNSIGNED {
-                        _mm256_cvtepi8_epi16(w)
-                    } else {
-                        _mm256_cvtepu8_epi16(w)
-                    };
-                    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(x, w));
-                }
-            }
-            for (o, a) in out.iter_mut().zip(acc) {
-                let mut pairs = [0i32; 8];
-                // SAFETY: `pairs` is 8 i32, the 32 bytes one unaligned
-                // store writes.
-                #[allow(unsafe_code)]
-                unsafe {
-                    _mm256_storeu_si256(pairs.as_mut_ptr().cast(), a)
-                };
-                for t in 0..4 {
-                    o[4 * g + t] = pairs[2 * t].wrapping_add(pairs[2 * t + 1]);
-                }
-            }
-        }
-        out
-    }
-}
+mod x86;
 
 #[cfg(test)]
 mod tests;

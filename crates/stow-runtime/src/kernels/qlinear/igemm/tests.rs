@@ -2,6 +2,7 @@
 //! tile and panel edges and on the extreme byte values.
 
 use super::*;
+use crate::kernels::qlinear::epilogue::Line;
 use alloc::vec::Vec;
 
 /// xorshift64*: reproducible inputs without a dependency.
@@ -120,7 +121,7 @@ fn check<const U: bool>(ops: &Mats<U>, isa: Isa, nb: usize) {
     assert_eq!(panels_per_block(ops.k, quads), nb);
     let mut got = alloc::vec![None; ops.m * ops.n];
     let panels = ops.n.div_ceil(NR);
-    product(isa, ops, &scratch, 0..panels, |d| {
+    product(isa, ops, &scratch, 0..panels, |d: Done<'_>| {
         for (r, row) in d.raw.iter().enumerate() {
             for (l, &raw) in row.iter().enumerate() {
                 let (i, j) = (d.i0 + r, d.j0 + l);
@@ -254,6 +255,156 @@ fn row_sums_equal_the_plain_sum() {
                     want,
                     "{isa:?} cells, k {k}"
                 );
+            }
+        }
+    }
+}
+
+/// An epilogue that lets the kernel requantise the groups of rows `fuse`
+/// picks and requantises the other tiles itself, the reference's way.
+struct Requantiser<'a> {
+    out: &'a [Cell<u8>],
+    /// Row `i`'s offset of lane 0 and line.
+    lines: &'a [(usize, Line)],
+    fuse: &'a dyn Fn(usize) -> bool,
+    /// Lanes of the product.
+    n: usize,
+    /// Tiles handed back rather than requantised by the kernel.
+    tiles: &'a Cell<usize>,
+}
+
+impl<'a> Epilogue<'a> for Requantiser<'a> {
+    fn rows(&mut self, i0: usize, _row_sums: &[i32; MR]) -> Option<Rows<'a>> {
+        if !(self.fuse)(i0) {
+            return None;
+        }
+        let count = MR.min(self.lines.len() - i0);
+        let mut lines = [(0, self.lines[0].1); MR];
+        lines[..count].copy_from_slice(&self.lines[i0..i0 + count]);
+        Some(Rows {
+            out: self.out,
+            lines,
+            count,
+        })
+    }
+
+    fn tile(&mut self, d: Done<'_>) {
+        self.tiles.set(self.tiles.get() + 1);
+        for (r, row) in d.raw.iter().enumerate() {
+            let Some(&(o, line)) = self.lines.get(d.i0 + r) else {
+                continue;
+            };
+            for (l, &raw) in row.iter().enumerate() {
+                let j = d.j0 + l;
+                if j < self.n {
+                    let acc = raw
+                        .wrapping_sub(line.m.wrapping_mul(d.lane_sums[l]))
+                        .wrapping_add(line.c);
+                    let y =
+                        crate::kernels::qlinear::requantize(acc, line.scale, line.zero, line.range);
+                    self.out[o + j].set(y as u8);
+                }
+            }
+        }
+    }
+}
+
+/// Tiles requantised in the kernel's registers give the bytes of the
+/// plain sums requantised by the reference, on every instruction set
+/// (those without VNNI hand every tile back): u8 and i8 outputs, depths
+/// not a multiple of four, rows read in place or packed, lane sums used
+/// or not (zero multipliers), per-row and shared scales, groups fused
+/// and not in one product; nothing outside the rows is written.
+#[test]
+fn fused_tiles_requantise_as_the_reference() {
+    let mut rng = Rng(0xf05e_d000);
+    for case in 0..120 {
+        let (m, n, k) = (1 + rng.below(13), 1 + rng.below(90), 1 + rng.below(160));
+        let k = if case % 3 == 0 {
+            k.next_multiple_of(4)
+        } else {
+            k
+        };
+        let mut mats_u = random::<true>(&mut rng, m, n, k);
+        let mut mats_s = random::<false>(&mut rng, m, n, k);
+        mats_u.direct = case % 2 == 0;
+        mats_s.direct = case % 2 == 0;
+        let range = if case % 4 < 2 { (0, 255) } else { (-128, 127) };
+        let shared = 1e-3 + rng.below(1000) as f32 * 3.1e-5;
+        let stride = n + rng.below(5);
+        let lines: Vec<(usize, Line)> = (0..m)
+            .map(|i| {
+                let line = Line {
+                    m: if case % 5 == 0 {
+                        0
+                    } else {
+                        rng.below(300) as i32 - 150
+                    },
+                    c: rng.below(200_001) as i32 - 100_000,
+                    scale: if case % 3 == 1 {
+                        shared
+                    } else {
+                        // Halves and quarters: ties on odd sums.
+                        [0.5, 0.25, 2.7e-4, 0.013][rng.below(4)]
+                    },
+                    zero: range.0 + rng.below(256) as i32,
+                    range,
+                };
+                (3 + i * stride, line)
+            })
+            .collect();
+        let len = 3 + m * stride + 4;
+        let fuse = move |i0: usize| case % 7 != 0 || i0.is_multiple_of(2 * MR);
+        for isa in Isa::all_available() {
+            for nb in [1, 3, NB] {
+                for unsigned in [true, false] {
+                    let out: Vec<Cell<u8>> = (0..len).map(|_| Cell::new(0x5a)).collect();
+                    let tiles = Cell::new(0);
+                    let sink = Requantiser {
+                        out: &out,
+                        lines: &lines,
+                        fuse: &fuse,
+                        n,
+                        tiles: &tiles,
+                    };
+                    let scratch: Vec<Cell<u32>> =
+                        (0..scratch_quads(k, nb)).map(|_| Cell::new(0)).collect();
+                    let panels = 0..n.div_ceil(NR);
+                    let (lanes, rows) = if unsigned {
+                        product(isa, &mats_u, &scratch, panels, sink);
+                        (&mats_u.lanes, &mats_u.rows)
+                    } else {
+                        product(isa, &mats_s, &scratch, panels, sink);
+                        (&mats_s.lanes, &mats_s.rows)
+                    };
+                    if isa == Isa::Vnni && case % 7 != 0 {
+                        assert_eq!(tiles.get(), 0, "case {case}: every group fused");
+                    }
+                    let mut want: Vec<u8> = alloc::vec![0x5a; len];
+                    for (i, &(o, line)) in lines.iter().enumerate() {
+                        for j in 0..n {
+                            let (x, w) = (&lanes[j * k..][..k], &rows[i * k..][..k]);
+                            let raw = x.iter().zip(w).fold(0i32, |s, (&x, &w)| {
+                                s.wrapping_add(value(x, unsigned) * value(w, !unsigned))
+                            });
+                            let lane = x
+                                .iter()
+                                .fold(0i32, |s, &x| s.wrapping_add(value(x, unsigned)));
+                            let acc = raw
+                                .wrapping_sub(line.m.wrapping_mul(lane))
+                                .wrapping_add(line.c);
+                            let y = crate::kernels::qlinear::requantize(
+                                acc, line.scale, line.zero, line.range,
+                            );
+                            want[o + j] = y as u8;
+                        }
+                    }
+                    let got: Vec<u8> = out.iter().map(Cell::get).collect();
+                    assert_eq!(
+                        got, want,
+                        "{isa:?} case {case} {m}x{n}x{k} nb {nb} unsigned {unsigned}"
+                    );
+                }
             }
         }
     }
