@@ -300,10 +300,8 @@ pub fn bundle_contents<'g>(p: &PlannedModel<'g>) -> Result<(Contents, Weights<'g
             Cow::Borrowed(&[])
         });
         let band_of = g
-            .input_bands
-            .iter()
-            .find(|b| b.bands.iter().any(|&(band, _, _)| band == id))
-            .map(|b| (AliasKind::InputRows, b.input as u32));
+            .banded_input(id)
+            .map(|input| (AliasKind::InputRows, input as u32));
         tensors.push(Tensor {
             name: t.name.clone(),
             kind,

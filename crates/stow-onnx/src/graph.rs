@@ -168,6 +168,15 @@ impl ModelGraph {
         Some(id)
     }
 
+    /// The graph input whose rows band `tensor` holds, if it is such a
+    /// band ([`ModelGraph::input_bands`]).
+    pub fn banded_input(&self, tensor: usize) -> Option<usize> {
+        self.input_bands
+            .iter()
+            .find(|b| b.bands.iter().any(|&(band, _, _)| band == tensor))
+            .map(|b| b.input)
+    }
+
     /// The decluttered tract model the graph was read from.
     pub fn typed_model(&self) -> &TypedModel {
         &self.model

@@ -50,8 +50,8 @@ fn row_readers(model: &TypedModel, input: OutletId) -> Option<Vec<(usize, usize,
 pub(crate) fn bands(model: &TypedModel, input: OutletId) -> Option<Vec<(usize, usize, usize)>> {
     let mut readers = row_readers(model, input)?;
     readers.sort_by_key(|&(_, a, b)| (a, b));
-    let height = model.outlet_fact(input).ok()?.shape.as_concrete()?
-        [rows_axis(model.outlet_fact(input).ok()?.rank())?];
+    let fact = model.outlet_fact(input).ok()?;
+    let height = fact.shape.as_concrete()?[rows_axis(fact.rank())?];
     let mut end = 0;
     for &(_, a, b) in &readers {
         if a != end {

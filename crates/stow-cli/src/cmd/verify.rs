@@ -60,12 +60,11 @@ fn match_bundle(
     let bases = pool_bases(c);
     let mut offsets = Vec::with_capacity(c.tensors.len());
     for (id, (rec, info)) in c.tensors.iter().zip(&graph.tensors).enumerate() {
-        let band_of = graph
-            .input_bands
-            .iter()
-            .find(|b| b.bands.iter().any(|&(band, _, _)| band == id))
-            .map(|b| b.input as u32);
-        let alias = info.alias.map(|a| a.target() as u32).or(band_of);
+        let alias = info
+            .alias
+            .map(|a| a.target())
+            .or(graph.banded_input(id))
+            .map(|t| t as u32);
         if rec.name != info.name
             || rec.size != info.bytes
             || rec.alias_of.map(|(_, of)| of) != alias

@@ -32,41 +32,17 @@ pub(super) unsafe fn byte_sum(src: *const u8, k: usize, flip: u8) -> u64 {
     sum
 }
 
-/// [`super::tile`] with `vpdpbusd`. The caller guarantees AVX-512 F,
-/// BW and VNNI, and that `rows` holds `panel.len() / NR` quads.
+/// [`super::tile`] with `vpdpbusd`: [`tiles_vnni`] of one panel. The
+/// caller guarantees AVX-512 F, BW and VNNI, and that `rows` holds
+/// `panel.len() / NR` quads.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) fn tile_vnni<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
     panel: P,
     rows: &R,
     nq: usize,
 ) -> Tile {
-    let mut acc = [_mm512_setzero_si512(); MR];
-    for q in 0..nq {
-        // SAFETY: `at` checked that NR = 16 quads follow, the 64
-        // bytes one unaligned load reads; scratch is only written by
-        // this thread and a mapped weight never.
-        #[allow(unsafe_code)]
-        let x = unsafe { _mm512_loadu_si512(panel.at(q * NR, NR).cast()) };
-        for (r, a) in acc.iter_mut().enumerate() {
-            let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
-            // vpdpbusd multiplies its first operand's bytes as u8 and
-            // its second's as i8.
-            *a = if LANES_UNSIGNED {
-                _mm512_dpbusd_epi32(*a, x, w)
-            } else {
-                _mm512_dpbusd_epi32(*a, w, x)
-            };
-        }
-    }
-    let mut out = [[0i32; NR]; MR];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` is 16 i32, the 64 bytes one unaligned store writes.
-        #[allow(unsafe_code)]
-        unsafe {
-            _mm512_storeu_si512(o.as_mut_ptr().cast(), a)
-        };
-    }
-    out
+    let [tile] = tiles_vnni::<LANES_UNSIGNED, 1, P, R>([panel], rows, nq);
+    tile
 }
 
 /// [`Operands::pack_lanes`] compiled for AVX-512 F and BW, which the
@@ -118,7 +94,9 @@ pub(super) fn sums_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQuad
 ) -> [[__m512i; MR]; N] {
     let mut acc = [[_mm512_setzero_si512(); MR]; N];
     for q in 0..nq {
-        // SAFETY: as in `tile_vnni`, for each panel.
+        // SAFETY: `at` checked that NR = 16 quads follow in each panel,
+        // the 64 bytes one unaligned load reads; scratch is only written
+        // by this thread and a mapped weight never.
         #[allow(unsafe_code)]
         let x: [__m512i; N] = core::array::from_fn(|t| unsafe {
             _mm512_loadu_si512(panels[t].at(q * NR, NR).cast())
@@ -126,6 +104,8 @@ pub(super) fn sums_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQuad
         for r in 0..MR {
             let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
             for (a, x) in acc.iter_mut().zip(x) {
+                // vpdpbusd multiplies its first operand's bytes as u8
+                // and its second's as i8.
                 a[r] = if LANES_UNSIGNED {
                     _mm512_dpbusd_epi32(a[r], x, w)
                 } else {
