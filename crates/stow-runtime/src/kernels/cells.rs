@@ -154,16 +154,30 @@ pub fn zip_row<T: Copy, U: Copy>(
         let (o, x, y) = (&out[j..j + LANES], a.sub(j, LANES), b.sub(j, LANES));
         // Plain loops, as in [`map_row`].
         let mut r = [f(x.load(0), y.load(0)); LANES];
-        for (i, v) in r.iter_mut().enumerate().skip(1) {
+        for (i, v) in r.iter_mut().enumerate() {
             *v = f(x.load(i), y.load(i));
         }
-        for (c, v) in o.iter().zip(r) {
-            c.set(v);
-        }
+        store(o, r);
         j += LANES;
     }
     for k in j..n {
         out[k].set(f(a.load(k), b.load(k)));
+    }
+}
+
+/// Writes `r` over the first `N` cells of `out` in one store. A loop of
+/// `Cell::set` over a chunk of bytes compiled to a masked vector store to
+/// the stack and sixteen byte stores reloading it (a masked store does
+/// not forward to loads): a third of a quantized residual Add's time.
+#[inline(always)]
+pub fn store<U: Copy, const N: usize>(out: &[Cell<U>], r: [U; N]) {
+    let out = &out[..N];
+    // SAFETY: `out` is `N` cells in a row, laid out as `N` values of `U`
+    // (`Cell<U>` has `U`'s layout), and a cell may be written through a
+    // shared reference, as `Cell::set` does.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::ptr::write_unaligned(out.as_ptr().cast::<[U; N]>().cast_mut(), r)
     }
 }
 
@@ -178,12 +192,10 @@ pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T)
         // inlined into the vector body (the QLinearMul of a gate ran one
         // call per element).
         let mut r = [f(x.load(0)); LANES];
-        for (i, v) in r.iter_mut().enumerate().skip(1) {
+        for (i, v) in r.iter_mut().enumerate() {
             *v = f(x.load(i));
         }
-        for (c, v) in o.iter().zip(r) {
-            c.set(v);
-        }
+        store(o, r);
         j += LANES;
     }
     for k in j..n {

@@ -617,12 +617,10 @@ fn pairs<XA: Copy, XB: Copy, Y: Copy>(
         // Plain loops, not `array::from_fn`, whose closures are not
         // always inlined into the vector body.
         let mut r = [f(x.load(0), w.load(0)); LANES];
-        for (i, v) in r.iter_mut().enumerate().skip(1) {
+        for (i, v) in r.iter_mut().enumerate() {
             *v = f(x.load(i), w.load(i));
         }
-        for (c, v) in o.iter().zip(r) {
-            c.set(v);
-        }
+        crate::kernels::cells::store(o, r);
         j += LANES;
     }
     for k in j..n {
