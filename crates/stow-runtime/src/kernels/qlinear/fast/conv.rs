@@ -88,6 +88,9 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         let plane = win.input_plane();
         let k = self.s.k();
         let lanes = NR.min(self.lanes() - j0);
+        if let Some(sums) = self.pack_by_runs(j0, lanes, panel) {
+            return sums;
+        }
         let origin: [(isize, isize); NR] = core::array::from_fn(|l| {
             let pos = j0 + l.min(lanes - 1);
             let (oy, ox) = (pos / ow, pos % ow);
@@ -167,11 +170,10 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
     /// `origin[l].0` and column `origin[l].1` of the plane (negative in
     /// the padding). For each depth (input channel, tap row, tap column)
     /// lane `l` reads the byte at a fixed offset from `pos[l] = y·iw + x`
-    /// if that tap lands inside the image, else the padding byte. Where
-    /// the lanes make a few runs along the image's lines
-    /// ([`ConvOps::pack_runs`]) each depth is a few vector loads;
-    /// otherwise one load per lane. The four depths of a quad are
-    /// interleaved a whole panel at a time ([`put_quads`]).
+    /// if that tap lands inside the image, else the padding byte: one
+    /// load per lane, where the lanes do not make a few runs along the
+    /// image's lines ([`ConvOps::pack_by_runs`]). The four depths of a
+    /// quad are interleaved a whole panel at a time ([`put_quads`]).
     #[inline(always)]
     fn pack_full(&self, origin: &[(isize, isize); NR], panel: &[Cell<u32>], sums: &mut [i32; NR]) {
         let win = &self.s.window;
@@ -184,23 +186,6 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         let mut pos = [0isize; NR];
         for (p, &(y, x)) in pos.iter_mut().zip(origin) {
             *p = y * iw as isize + x;
-        }
-        if kh <= MAX_SIDE && kw <= MAX_SIDE {
-            match win.strides[2] {
-                1 => {
-                    if let Some(runs) = runs_of(&pos, 1) {
-                        *sums = self.pack_runs::<1>(origin, runs, panel);
-                        return;
-                    }
-                }
-                2 => {
-                    if let Some(runs) = runs_of(&pos, 2) {
-                        *sums = self.pack_runs::<2>(origin, runs, panel);
-                        return;
-                    }
-                }
-                _ => {}
-            }
         }
         let (mut ic, mut ty, mut tx) = (0, 0, 0);
         for (q, out) in panel.chunks_exact(NR).enumerate() {
@@ -232,7 +217,40 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         }
     }
 
-    /// [`ConvOps::pack_full`] of a panel whose lanes make `runs` along the
+    /// [`ConvOps::pack_flat`] by [`ConvOps::pack_runs`] where the panel's
+    /// lanes make at most [`MAX_RUNS`] runs along the image's lines
+    /// (stride 1 or 2, kernels up to [`MAX_SIDE`]); `None` otherwise. A
+    /// short last panel (`lanes` below [`NR`]) is one too: its lanes past
+    /// the product go on along the output rows, where the loads may reach
+    /// (they are checked like the others), and are masked to zero bytes.
+    #[inline(always)]
+    fn pack_by_runs(&self, j0: usize, lanes: usize, panel: &[Cell<u32>]) -> Option<[i32; NR]> {
+        let win = &self.s.window;
+        let [_, _, iw] = win.input;
+        let [_, _, ow] = win.output;
+        let [_, kh, kw] = win.kernel;
+        let stride = win.strides[2];
+        if kh > MAX_SIDE || kw > MAX_SIDE || !(1..=2).contains(&stride) {
+            return None;
+        }
+        let origin: [(isize, isize); NR] = core::array::from_fn(|l| {
+            let (oy, ox) = ((j0 + l) / ow, (j0 + l) % ow);
+            (
+                (oy * win.strides[1]) as isize - win.pad[1] as isize,
+                (ox * stride) as isize - win.pad[2] as isize,
+            )
+        });
+        let pos = origin.map(|(y, x)| y * iw as isize + x);
+        let runs = runs_of(&pos, stride as isize)?;
+        let live = V16::from_array(core::array::from_fn(|l| if l < lanes { 0xff } else { 0 }));
+        Some(if stride == 1 {
+            self.pack_runs::<1>(&origin, runs, live, panel)
+        } else {
+            self.pack_runs::<2>(&origin, runs, live, panel)
+        })
+    }
+
+    /// [`ConvOps::pack_flat`] of a panel whose lanes make `runs` along the
     /// image's lines, lanes `S` bytes apart within a run: every 1×1
     /// convolution, and those whose padding keeps the output as wide as
     /// the input (the whole panel one run, across output rows), else one
@@ -249,6 +267,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         &self,
         origin: &[(isize, isize); NR],
         (runs, n): ([Run; MAX_RUNS], usize),
+        live: V16,
         panel: &[Cell<u32>],
     ) -> [i32; NR] {
         let win = &self.s.window;
@@ -265,7 +284,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         let mut rows_in = [zero; MAX_SIDE];
         for (ty, m) in rows_in.iter_mut().enumerate().take(kh) {
             // Negative coordinates wrap to huge ones: one test each.
-            *m = inside(|l| ((origin[l].0 + (ty * dy) as isize) as usize) < ih);
+            *m = inside(|l| ((origin[l].0 + (ty * dy) as isize) as usize) < ih).and(live);
         }
         let mut cols_in = [zero; MAX_SIDE];
         for (tx, m) in cols_in.iter_mut().enumerate().take(kw) {
@@ -276,7 +295,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
             *m = inside(|l| (r.lo..r.hi).contains(&l));
         }
         if n == 1 && kh * kw <= MAX_TAPS {
-            if let Some(sums) = self.pack_run::<S>(&rows_in, &cols_in, runs[0].base, panel) {
+            if let Some(sums) = self.pack_run::<S>(&rows_in, &cols_in, runs[0].base, live, panel) {
                 return sums;
             }
         }
@@ -290,7 +309,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
             for d in depths.iter_mut().take(4.min(k - 4 * q)) {
                 let keep = rows_in[ty].and(cols_in[tx]);
                 let off = chan + (ty * dy * iw + tx * dx) as isize;
-                let mut v = pad.and_not(keep);
+                let mut v = pad.and_not(keep).and(live);
                 for (r, run) in runs[..n].iter().enumerate() {
                     let start = off + run.base;
                     let line = if start >= 0 && start + (S * NR) as isize <= count {
@@ -354,6 +373,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         rows_in: &[V16; MAX_SIDE],
         cols_in: &[V16; MAX_SIDE],
         base: isize,
+        live: V16,
         panel: &[Cell<u32>],
     ) -> Option<[i32; NR]> {
         let win = &self.s.window;
@@ -374,7 +394,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
             shift[t] = (ty * dy * iw + tx * dx) as isize + base;
             (lo, hi) = (lo.min(shift[t]), hi.max(shift[t]));
             keep[t] = rows_in[ty].and(cols_in[tx]);
-            fill[t] = pad.and_not(keep[t]);
+            fill[t] = pad.and_not(keep[t]).and(live);
         }
         let channels = (k / taps) as isize;
         let first = self.x_base as isize + lo;
