@@ -386,7 +386,10 @@ pub(super) fn product<'o, O: Operands>(
     // kept for the others where they fit: packing them again for each
     // block of panels was 3 % of an int8 resnet50's run. Only then is the
     // buffer made (and zeroed).
-    if ops.rows() > 0 && ops.direct_rows(0).is_none() && all <= KEPT_QUADS && ops.rows() <= KEPT_ROWS
+    if ops.rows() > 0
+        && ops.direct_rows(0).is_none()
+        && all <= KEPT_QUADS
+        && ops.rows() <= KEPT_ROWS
     {
         let kept: [Cell<u32>; KEPT_QUADS] = core::array::from_fn(|_| Cell::new(0));
         return blocks(isa, ops, scratch, panels, emit, Some(&kept[..all]));

@@ -399,8 +399,7 @@ impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
         let channels = (k / taps) as isize;
         let first = self.x_base as isize + lo;
         let last = self.x_base as isize + (channels - 1) * plane + hi + (S * NR) as isize;
-        if channels * taps as isize != k as isize || first < 0 || last > self.x.count() as isize
-        {
+        if channels * taps as isize != k as isize || first < 0 || last > self.x.count() as isize {
             return None;
         }
         let x = self.x.ptr();
@@ -613,4 +612,3 @@ impl QConv {
         true
     }
 }
-

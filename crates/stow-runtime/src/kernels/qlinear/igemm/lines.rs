@@ -150,8 +150,14 @@ mod imp {
         let [r0, r1, r2, r3] = rows.map(|r| r.0);
         // Pairs of depths per lane: word l holds depth 0 (or 2) of lane l
         // in its low byte and depth 1 (or 3) in its high one.
-        let (a, b) = (sse2!(_mm_unpacklo_epi8(r0, r1)), sse2!(_mm_unpackhi_epi8(r0, r1)));
-        let (c, d) = (sse2!(_mm_unpacklo_epi8(r2, r3)), sse2!(_mm_unpackhi_epi8(r2, r3)));
+        let (a, b) = (
+            sse2!(_mm_unpacklo_epi8(r0, r1)),
+            sse2!(_mm_unpackhi_epi8(r0, r1)),
+        );
+        let (c, d) = (
+            sse2!(_mm_unpacklo_epi8(r2, r3)),
+            sse2!(_mm_unpackhi_epi8(r2, r3)),
+        );
         let quads = [
             sse2!(_mm_unpacklo_epi16(a, c)),
             sse2!(_mm_unpackhi_epi16(a, c)),
@@ -300,9 +306,8 @@ mod plain {
 
     #[inline(always)]
     pub fn interleave(rows: [V16; 4]) -> ([V16; 4], Sum4) {
-        let quads = core::array::from_fn(|g| {
-            V16(core::array::from_fn(|i| rows[i % 4].0[4 * g + i / 4]))
-        });
+        let quads =
+            core::array::from_fn(|g| V16(core::array::from_fn(|i| rows[i % 4].0[4 * g + i / 4])));
         let sums = core::array::from_fn(|l| rows.iter().map(|r| u16::from(r.0[l])).sum());
         (quads, Sum4(sums))
     }
@@ -350,13 +355,13 @@ mod plain {
 }
 
 #[cfg(target_arch = "x86_64")]
+use imp::Part;
+#[cfg(target_arch = "x86_64")]
 pub use imp::{interleave, store, Sum4, V16};
 #[cfg(not(target_arch = "x86_64"))]
-pub use plain::{interleave, store, Sum4, V16};
-#[cfg(target_arch = "x86_64")]
-use imp::Part;
-#[cfg(not(target_arch = "x86_64"))]
 use plain::Part;
+#[cfg(not(target_arch = "x86_64"))]
+pub use plain::{interleave, store, Sum4, V16};
 
 /// Each lane's sum of the u8 bytes of a panel's quads, as they are
 /// written: 16-bit partial sums, widened every [`FLUSH`] quads.
