@@ -279,20 +279,23 @@ macro_rules! with_finish {
                 $body
             }
             Finish::Sigmoid => {
-                let $f = super::elementwise::logistic::<false>;
+                let $f = crate::kernels::elementwise::logistic::<false>;
                 $body
             }
             Finish::Silu => {
-                let $f = super::elementwise::logistic::<true>;
+                let $f = crate::kernels::elementwise::logistic::<true>;
                 $body
             }
             Finish::HardSwish => {
-                let $f = |a: f32| super::elementwise::Unary::HardSwish.apply(a);
+                let $f = |a: f32| crate::kernels::elementwise::Unary::HardSwish.apply(a);
                 $body
             }
         }
     }};
 }
+
+mod micro;
+pub(crate) use micro::{fma_available, micro_kernel, micro_kernel_pair, Isa};
 
 /// What each element of C goes through once its sum is complete: an
 /// activation merged into the product at setup, applied to the tile in
@@ -305,7 +308,7 @@ pub enum Finish {
     /// Clamped.
     Clamp(Clamp),
     /// Through the logistic function, as the `Sigmoid` step computes it
-    /// ([`super::elementwise::logistic_row`]).
+    /// ([`crate::kernels::elementwise::logistic_row`]).
     Sigmoid,
     /// Times its logistic, as the `Silu` step computes it.
     Silu,
@@ -333,8 +336,8 @@ impl Finish {
             // The vectorised row of the element-wise steps (its chunks
             // read before they write, so in place is fine), compiled for
             // AVX2 where the CPU has it whoever the caller is.
-            Finish::Sigmoid => super::elementwise::logistic_rows::<false>(cells, cells),
-            Finish::Silu => super::elementwise::logistic_rows::<true>(cells, cells),
+            Finish::Sigmoid => crate::kernels::elementwise::logistic_rows::<false>(cells, cells),
+            Finish::Silu => crate::kernels::elementwise::logistic_rows::<true>(cells, cells),
             _ => self.map_row(cells, cells),
         }
     }
@@ -463,7 +466,7 @@ pub fn gemm_cols(
         return;
     }
     let (apack, bpack) = scratch.split_at(a_len);
-    let fma = fma_available();
+    let isa = Isa::detect();
     for j0 in (cols.start..end).step_by(nc_block) {
         let nc = nc_block.min(end - j0);
         for p0 in (0..k).step_by(kc_block) {
@@ -473,205 +476,23 @@ pub fn gemm_cols(
             for i0 in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - i0);
                 a.pack(i0, mc, p0, kc, apack);
-                for (bp, c0) in (0..nc).step_by(NR).enumerate() {
-                    let bpanel = &bpack[bp * kc * NR..(bp + 1) * kc * NR];
+                for c0 in (0..nc).step_by(2 * NR) {
+                    let panel = |q: usize| {
+                        let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
+                        &bpack[q * kc * NR..(q + 1) * kc * NR]
+                    };
                     for (ap, r0) in (0..mc).step_by(MR).enumerate() {
                         let apanel = &apack[ap * kc * MR..(ap + 1) * kc * MR];
-                        let size = (MR.min(mc - r0), NR.min(nc - c0));
+                        let size = (MR.min(mc - r0), (2 * NR).min(nc - c0));
                         let at = (i0 + r0, j0 + c0);
                         let start = c.start.at(p0, at.0, size.0);
-                        micro_kernel(fma, kc, apanel, bpanel, c, at, size, (start, finish));
+                        let b = (panel(0), panel(1));
+                        micro_kernel_pair(isa, kc, apanel, b, c, at, size, (start, finish));
                     }
                 }
             }
         }
     }
-}
-
-/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`
-/// (or, given `start`, stores each row's `start[r] + tile`), each sum then
-/// going through `finish`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn add_tile(
-    c: &Dst<'_>,
-    tile: &[[f32; NR]; MR],
-    i: usize,
-    j: usize,
-    rows: usize,
-    cols: usize,
-    (start, finish): (Option<[f32; MR]>, Finish),
-) {
-    // Two copies of the loops, so that neither tests per element whether
-    // it reads C.
-    match start {
-        None => with_finish!(finish, |f| add_tile_then::<false>(
-            c,
-            tile,
-            (i, j),
-            (rows, cols),
-            &[0.0; MR],
-            f
-        )),
-        Some(s) => with_finish!(finish, |f| add_tile_then::<true>(
-            c,
-            tile,
-            (i, j),
-            (rows, cols),
-            &s,
-            f
-        )),
-    }
-}
-
-#[inline(always)]
-fn add_tile_then<const STORE: bool>(
-    c: &Dst<'_>,
-    tile: &[[f32; NR]; MR],
-    (i, j): (usize, usize),
-    (rows, cols): (usize, usize),
-    start: &[f32; MR],
-    f: impl Fn(f32) -> f32,
-) {
-    // The left operand of the addition is what C held (or would hold,
-    // filled) before this block, as it always was.
-    let from = |cell: &Cell<f32>, r: usize| if STORE { start[r] } else { cell.get() };
-    if c.rs == 1 && rows == MR {
-        // C stored by columns (a product written transposed): each tile
-        // column is one run.
-        let base = c.offset + i + j * c.cs;
-        for jj in 0..cols {
-            let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
-            for (r, cell) in dst.iter().enumerate() {
-                cell.set(f(from(cell, r) + tile[r][jj]));
-            }
-        }
-        return;
-    }
-    for (r, row) in tile.iter().enumerate().take(rows) {
-        let base = c.offset + (i + r) * c.rs + j * c.cs;
-        if c.cs == 1 && cols == NR {
-            // A whole contiguous row of the tile: one bounds check, and
-            // the adds vectorise (read all, then write all).
-            let dst = &c.data[base..base + NR];
-            let mut sums = [0f32; NR];
-            for l in 0..NR {
-                sums[l] = f(from(&dst[l], r) + row[l]);
-            }
-            for (cell, v) in dst.iter().zip(sums) {
-                cell.set(v);
-            }
-            continue;
-        }
-        for (jj, v) in row.iter().enumerate().take(cols) {
-            let cell = &c.data[base + jj * c.cs];
-            cell.set(f(from(cell, r) + v));
-        }
-    }
-}
-
-#[inline(always)]
-fn tile_product<const FMA: bool, A: Load<f32>, B: Load<f32>>(
-    kc: usize,
-    a: A,
-    b: B,
-) -> [[f32; NR]; MR] {
-    let mut acc = [[0f32; NR]; MR];
-    let (a, b) = (a.sub(0, kc * MR), b.sub(0, kc * NR));
-    for p in 0..kc {
-        let (av, bv) = (a.sub(p * MR, MR), b.sub(p * NR, NR));
-        let bv: [f32; NR] = core::array::from_fn(|j| bv.load(j));
-        for (r, row) in acc.iter_mut().enumerate() {
-            let ai = av.load(r);
-            for (acc, bj) in row.iter_mut().zip(bv) {
-                *acc = if FMA {
-                    Float::mul_add(ai, bj, *acc)
-                } else {
-                    *acc + ai * bj
-                };
-            }
-        }
-    }
-    acc
-}
-
-#[cfg(all(target_arch = "x86_64", feature = "std"))]
-pub(crate) fn fma_available() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
-
-// Without std there is no run-time detection: the features the crate is
-// compiled for decide (`-C target-feature=+avx2,+fma`).
-#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
-pub(crate) fn fma_available() -> bool {
-    cfg!(all(target_feature = "avx2", target_feature = "fma"))
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-pub(crate) fn fma_available() -> bool {
-    false
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn micro_kernel_avx2<A: Load<f32>, B: Load<f32>>(
-    kc: usize,
-    (a, b): (A, B),
-    c: &Dst<'_>,
-    (i, j): (usize, usize),
-    (rows, cols): (usize, usize),
-    end: (Option<[f32; MR]>, Finish),
-) {
-    let tile = tile_product::<true, A, B>(kc, a, b);
-    add_tile(c, &tile, i, j, rows, cols, end);
-}
-
-/// Adds the `MR × NR` tile of one A panel (`kc × MR`, depth-major) times
-/// one B panel (`kc × NR`), each a packed scratch block or a weight packed
-/// at compile time, to C at row `i`, column `j` (its top-left `rows ×
-/// cols`; stored over C from the rows' starting values instead, when
-/// `end.0` holds them), each sum then through `end.1`. With FMA the
-/// addition into C is compiled for AVX2 too, and the tile never leaves
-/// the registers.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
-    fma: bool,
-    kc: usize,
-    a: A,
-    b: B,
-    c: &Dst<'_>,
-    at: (usize, usize),
-    size: (usize, usize),
-    end: (Option<[f32; MR]>, Finish),
-) {
-    #[cfg(target_arch = "x86_64")]
-    if fma {
-        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
-        // which `fma_available` checked at run time.
-        #[allow(unsafe_code)]
-        return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, end) };
-    }
-    let _ = fma;
-    micro_kernel_portable(kc, (a, b), c, at, size, end);
-}
-
-/// The micro-kernel without FMA, kept out of line like the AVX2 one:
-/// inlined, its per-element address arithmetic spread into the loops of
-/// every product that calls it, which then carried dozens of spilled
-/// induction variables through each tile even on the AVX2 path (bert_base
-/// spent a third of its time there).
-#[inline(never)]
-fn micro_kernel_portable<A: Load<f32>, B: Load<f32>>(
-    kc: usize,
-    (a, b): (A, B),
-    c: &Dst<'_>,
-    (i, j): (usize, usize),
-    (rows, cols): (usize, usize),
-    end: (Option<[f32; MR]>, Finish),
-) {
-    let tile = tile_product::<false, A, B>(kc, a, b);
-    add_tile(c, &tile, i, j, rows, cols, end);
 }
 
 #[cfg(test)]
@@ -776,6 +597,106 @@ mod tests {
                 back, want,
                 "{m}x{n}x{k} by columns, {scratch_floats} floats"
             );
+        }
+    }
+
+    /// Every micro-kernel this CPU can run gives the bits of the
+    /// one-panel FMA kernel on two panels, whatever the tile's rows,
+    /// columns, depth, start and finish: the kernel choice changes speed
+    /// only.
+    #[test]
+    fn paired_panels_give_the_single_panel_bits() {
+        let isas: Vec<Isa> = match Isa::detect() {
+            Isa::Portable => return,
+            Isa::Fma => vec![Isa::Fma],
+            Isa::Avx512 => vec![Isa::Fma, Isa::Avx512],
+        };
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed % 20_001) as f32 / 1000.0 - 10.0
+        };
+        let finishes = [
+            Finish::Keep,
+            Finish::Clamp(Clamp {
+                lo: 0.0,
+                hi: 6.0,
+                max_first: true,
+            }),
+            Finish::Silu,
+        ];
+        for kc in [1, 2, 7, 16, 33, 256] {
+            let a: Vec<f32> = (0..kc * MR).map(|_| next()).collect();
+            let b: Vec<f32> = (0..2 * kc * NR).map(|_| next()).collect();
+            let (b0, b1) = b.split_at(kc * NR);
+            let bias: Vec<f32> = (0..MR).map(|_| next()).collect();
+            for (rows, cols) in [(MR, 2 * NR), (1, 2 * NR), (MR, NR + 1), (5, 23), (3, NR)] {
+                for (f, &finish) in finishes.iter().enumerate() {
+                    for store in [false, true] {
+                        let start = store.then(|| core::array::from_fn(|r| bias[r]));
+                        let init: Vec<f32> = (0..MR * 2 * NR).map(|_| next()).collect();
+                        let run = |isa: Isa, pair: bool| {
+                            let mut c = init.clone();
+                            let cells = Cell::from_mut(c.as_mut_slice()).as_slice_of_cells();
+                            let dst = Dst {
+                                data: cells,
+                                offset: 0,
+                                rs: 2 * NR,
+                                cs: 1,
+                                finish,
+                                start: Start::Add,
+                            };
+                            let end = (start, finish);
+                            if pair {
+                                micro_kernel_pair(
+                                    isa,
+                                    kc,
+                                    &a[..],
+                                    (b0, b1),
+                                    &dst,
+                                    (0, 0),
+                                    (rows, cols),
+                                    end,
+                                );
+                            } else {
+                                micro_kernel(
+                                    isa,
+                                    kc,
+                                    &a[..],
+                                    b0,
+                                    &dst,
+                                    (0, 0),
+                                    (rows, cols.min(NR)),
+                                    end,
+                                );
+                                if cols > NR {
+                                    micro_kernel(
+                                        isa,
+                                        kc,
+                                        &a[..],
+                                        b1,
+                                        &dst,
+                                        (0, NR),
+                                        (rows, cols - NR),
+                                        end,
+                                    );
+                                }
+                            }
+                            c.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                        };
+                        let want = run(Isa::Fma, false);
+                        for &isa in &isas {
+                            assert_eq!(
+                                run(isa, true),
+                                want,
+                                "{isa:?}: depth {kc}, {rows}x{cols}, finish {f}, store {store}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }

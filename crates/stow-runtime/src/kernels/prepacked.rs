@@ -21,7 +21,10 @@
 //! packed weights computes bit for bit what one without computes.
 
 use super::cells::Load;
-use super::gemm::{self, micro_kernel, round_up, Dst, PackA, PackB, MC, MR, NC, NR, STACK_FLOATS};
+use super::gemm::{
+    self, micro_kernel, micro_kernel_pair, round_up, Dst, PackA, PackB, MC, MR, NC, NR,
+    STACK_FLOATS,
+};
 use super::qlinear::igemm;
 use alloc::vec::Vec;
 use core::cell::Cell;
@@ -298,7 +301,7 @@ pub fn gemm_left<L: Load<f32>>(
         return;
     };
     let nc_block = block_lines(p, end - cols.start, NC, bpack.len());
-    let fma = gemm::fma_available();
+    let isa = gemm::Isa::detect();
     let base = p.index(g, 0, 0);
     for j0 in (cols.start..end).step_by(nc_block) {
         let nc = nc_block.min(end - j0);
@@ -314,18 +317,22 @@ pub fn gemm_left<L: Load<f32>>(
             }
             for i0 in (0..m).step_by(MC) {
                 let mc = MC.min(m - i0);
-                for (bp, c0) in (0..nc).step_by(NR).enumerate() {
-                    let bpanel = &bpack[bp * kcb * NR..(bp + 1) * kcb * NR];
+                for c0 in (0..nc).step_by(2 * NR) {
+                    let panel = |q: usize| {
+                        let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
+                        &bpack[q * kcb * NR..(q + 1) * kcb * NR]
+                    };
+                    let b = (panel(0), panel(1));
                     for r0 in (i0..i0 + mc).step_by(MR) {
                         let rows = MR.min(m - r0);
-                        let (at, size) = ((r0, j0 + c0), (rows, NR.min(nc - c0)));
+                        let (at, size) = ((r0, j0 + c0), (rows, (2 * NR).min(nc - c0)));
                         let end = (c.start.at(p0, r0, rows), finish);
                         if rows == MR {
                             let a = a.sub(block + r0 * kcb, kcb * MR);
-                            micro_kernel(fma, kcb, a, bpanel, c, at, size, end);
+                            micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
                         } else {
                             let a = &tail[..kcb * MR];
-                            micro_kernel(fma, kcb, a, bpanel, c, at, size, end);
+                            micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
                         }
                     }
                 }
@@ -360,7 +367,7 @@ pub fn gemm_right<L: Load<f32>>(
         return;
     };
     let mc_block = block_lines(p, m, MC, apack.len());
-    let fma = gemm::fma_available();
+    let isa = gemm::Isa::detect();
     let short = n % NR;
     for j0 in (cols.start..end).step_by(NC) {
         let nc = NC.min(end - j0);
@@ -376,18 +383,32 @@ pub fn gemm_right<L: Load<f32>>(
             for i0 in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - i0);
                 a.pack(i0, mc, p0, kcb, apack);
-                for c0 in (j0..j0 + nc).step_by(NR) {
-                    let width = NR.min(n - c0);
+                for c0 in (j0..j0 + nc).step_by(2 * NR) {
+                    let span = (2 * NR).min(j0 + nc - c0);
+                    // Both panels whole weight panels (not the widened
+                    // tail, which lives elsewhere).
+                    let paired = span > NR && c0 + 2 * NR <= n;
                     for (ap, r0) in (0..mc).step_by(MR).enumerate() {
                         let apanel = &apack[ap * kcb * MR..(ap + 1) * kcb * MR];
-                        let (at, size) = ((i0 + r0, c0), (MR.min(mc - r0), width.min(end - c0)));
-                        let ends = (c.start.at(p0, at.0, size.0), finish);
-                        if width == NR {
-                            let b = b.sub(block + c0 * kcb, kcb * NR);
-                            micro_kernel(fma, kcb, apanel, b, c, at, size, ends);
-                        } else {
-                            let b = &tail[..kcb * NR];
-                            micro_kernel(fma, kcb, apanel, b, c, at, size, ends);
+                        let rows = MR.min(mc - r0);
+                        let ends = (c.start.at(p0, i0 + r0, rows), finish);
+                        if paired {
+                            let panel = |c: usize| b.sub(block + c * kcb, kcb * NR);
+                            let pair = (panel(c0), panel(c0 + NR));
+                            let at = (i0 + r0, c0);
+                            micro_kernel_pair(isa, kcb, apanel, pair, c, at, (rows, span), ends);
+                            continue;
+                        }
+                        for c1 in (c0..c0 + span).step_by(NR) {
+                            let width = NR.min(n - c1);
+                            let (at, size) = ((i0 + r0, c1), (rows, width.min(end - c1)));
+                            if width == NR {
+                                let b = b.sub(block + c1 * kcb, kcb * NR);
+                                micro_kernel(isa, kcb, apanel, b, c, at, size, ends);
+                            } else {
+                                let b = &tail[..kcb * NR];
+                                micro_kernel(isa, kcb, apanel, b, c, at, size, ends);
+                            }
                         }
                     }
                 }

@@ -1,0 +1,318 @@
+//! The micro-kernels: one `MR × NR` tile of C from one A panel and one
+//! B panel, or, with AVX-512, an `MR × 2·NR` tile from one A panel and
+//! two B panels. Every element is the same chain of fused multiply-adds
+//! down the depth whichever kernel computes it, so the choice changes
+//! speed, never a bit of the result.
+
+use super::{Dst, Finish, Float, MR, NR};
+use crate::kernels::cells::Load;
+use core::cell::Cell;
+
+/// The instruction set the products' micro-kernels use, detected once
+/// per product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// Plain multiplies and adds (no FMA: the sums round twice).
+    Portable,
+    /// AVX2 and FMA: 8-lane fused multiply-adds.
+    Fma,
+    /// AVX-512 F as well: pairs of B panels in 16-lane registers. On
+    /// cores with two 512-bit FMA units this doubles the peak; on those
+    /// that split each into two 256-bit halves it halves the
+    /// instructions per multiply-add.
+    Avx512,
+}
+
+impl Isa {
+    /// What this CPU runs.
+    pub(crate) fn detect() -> Isa {
+        if !fma_available() {
+            Isa::Portable
+        } else if avx512_available() {
+            Isa::Avx512
+        } else {
+            Isa::Fma
+        }
+    }
+}
+
+/// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`
+/// (or, given `start`, stores each row's `start[r] + tile`), each sum then
+/// going through `finish`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn add_tile(
+    c: &Dst<'_>,
+    tile: &[[f32; NR]; MR],
+    i: usize,
+    j: usize,
+    rows: usize,
+    cols: usize,
+    (start, finish): (Option<[f32; MR]>, Finish),
+) {
+    // Two copies of the loops, so that neither tests per element whether
+    // it reads C.
+    match start {
+        None => with_finish!(finish, |f| add_tile_then::<false>(
+            c,
+            tile,
+            (i, j),
+            (rows, cols),
+            &[0.0; MR],
+            f
+        )),
+        Some(s) => with_finish!(finish, |f| add_tile_then::<true>(
+            c,
+            tile,
+            (i, j),
+            (rows, cols),
+            &s,
+            f
+        )),
+    }
+}
+
+#[inline(always)]
+fn add_tile_then<const STORE: bool>(
+    c: &Dst<'_>,
+    tile: &[[f32; NR]; MR],
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    start: &[f32; MR],
+    f: impl Fn(f32) -> f32,
+) {
+    // The left operand of the addition is what C held (or would hold,
+    // filled) before this block, as it always was.
+    let from = |cell: &Cell<f32>, r: usize| if STORE { start[r] } else { cell.get() };
+    if c.rs == 1 && rows == MR {
+        // C stored by columns (a product written transposed): each tile
+        // column is one run.
+        let base = c.offset + i + j * c.cs;
+        for jj in 0..cols {
+            let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
+            for (r, cell) in dst.iter().enumerate() {
+                cell.set(f(from(cell, r) + tile[r][jj]));
+            }
+        }
+        return;
+    }
+    for (r, row) in tile.iter().enumerate().take(rows) {
+        let base = c.offset + (i + r) * c.rs + j * c.cs;
+        if c.cs == 1 && cols == NR {
+            // A whole contiguous row of the tile: one bounds check, and
+            // the adds vectorise (read all, then write all).
+            let dst = &c.data[base..base + NR];
+            let mut sums = [0f32; NR];
+            for l in 0..NR {
+                sums[l] = f(from(&dst[l], r) + row[l]);
+            }
+            for (cell, v) in dst.iter().zip(sums) {
+                cell.set(v);
+            }
+            continue;
+        }
+        for (jj, v) in row.iter().enumerate().take(cols) {
+            let cell = &c.data[base + jj * c.cs];
+            cell.set(f(from(cell, r) + v));
+        }
+    }
+}
+
+#[inline(always)]
+fn tile_product<const FMA: bool, A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    a: A,
+    b: B,
+) -> [[f32; NR]; MR] {
+    let mut acc = [[0f32; NR]; MR];
+    let (a, b) = (a.sub(0, kc * MR), b.sub(0, kc * NR));
+    for p in 0..kc {
+        let (av, bv) = (a.sub(p * MR, MR), b.sub(p * NR, NR));
+        let bv: [f32; NR] = core::array::from_fn(|j| bv.load(j));
+        for (r, row) in acc.iter_mut().enumerate() {
+            let ai = av.load(r);
+            for (acc, bj) in row.iter_mut().zip(bv) {
+                *acc = if FMA {
+                    Float::mul_add(ai, bj, *acc)
+                } else {
+                    *acc + ai * bj
+                };
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+pub(crate) fn fma_available() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+// Without std there is no run-time detection: the features the crate is
+// compiled for decide (`-C target-feature=+avx2,+fma`).
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+pub(crate) fn fma_available() -> bool {
+    cfg!(all(target_feature = "avx2", target_feature = "fma"))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn fma_available() -> bool {
+    false
+}
+
+#[cfg(all(target_arch = "x86_64", feature = "std"))]
+fn avx512_available() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(all(target_arch = "x86_64", not(feature = "std")))]
+fn avx512_available() -> bool {
+    cfg!(target_feature = "avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_available() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn micro_kernel_avx2<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): (A, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    let tile = tile_product::<true, A, B>(kc, a, b);
+    add_tile(c, &tile, i, j, rows, cols, end);
+}
+
+/// Adds the `MR × NR` tile of one A panel (`kc × MR`, depth-major) times
+/// one B panel (`kc × NR`), each a packed scratch block or a weight packed
+/// at compile time, to C at row `i`, column `j` (its top-left `rows ×
+/// cols`; stored over C from the rows' starting values instead, when
+/// `end.0` holds them), each sum then through `end.1`. With FMA the
+/// addition into C is compiled for AVX2 too, and the tile never leaves
+/// the registers.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
+    isa: Isa,
+    kc: usize,
+    a: A,
+    b: B,
+    c: &Dst<'_>,
+    at: (usize, usize),
+    size: (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable {
+        // SAFETY: the function only needs the CPU to have AVX2 and FMA,
+        // which `Isa::detect` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe { micro_kernel_avx2(kc, (a, b), c, at, size, end) };
+    }
+    micro_kernel_portable(kc, (a, b), c, at, size, end);
+}
+
+/// [`micro_kernel`] over two B panels side by side: the `MR × 2·NR` tile
+/// at `at` (its top-left `size`, up to `2·NR` columns; `b.1` is read
+/// only when they pass `NR`). With AVX-512 one loop computes both
+/// panels' tiles, each A value broadcast once for both: 12 independent
+/// 16-lane chains, enough to keep two FMA units busy through their
+/// latency. Otherwise the panels go one after the other.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn micro_kernel_pair<A: Load<f32>, B: Load<f32>>(
+    isa: Isa,
+    kc: usize,
+    a: A,
+    b: (B, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && cols > NR {
+        // SAFETY: the function only needs the CPU to have AVX-512 F,
+        // which `Isa::detect` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe {
+            micro_kernel_pair_avx512(kc, (a, b.0, b.1), c, (i, j), (rows, cols), end)
+        };
+    }
+    micro_kernel(isa, kc, a, b.0, c, (i, j), (rows, cols.min(NR)), end);
+    if cols > NR {
+        micro_kernel(isa, kc, a, b.1, c, (i, j + NR), (rows, cols - NR), end);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn micro_kernel_pair_avx512<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b0, b1): (A, B, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    use core::arch::x86_64::*;
+    // Bounds checked once here; the loop reads inside these three.
+    let (a, b0, b1) = (a.sub(0, kc * MR), b0.sub(0, kc * NR), b1.sub(0, kc * NR));
+    let (pa, p0, p1) = (a.ptr(), b0.ptr(), b1.ptr());
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    for p in 0..kc {
+        // SAFETY: `p < kc`, and the panels hold `kc` depths of NR = 16
+        // floats (B) and of MR floats (A), as `sub` checked; nothing
+        // writes them while the kernel reads.
+        #[allow(unsafe_code)]
+        let (x0, x1) = unsafe {
+            (
+                _mm512_loadu_ps(p0.add(p * NR)),
+                _mm512_loadu_ps(p1.add(p * NR)),
+            )
+        };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above, `p * MR + r < kc * MR`.
+            #[allow(unsafe_code)]
+            let w = _mm512_set1_ps(unsafe { *pa.add(p * MR + r) });
+            acc[0] = _mm512_fmadd_ps(w, x0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(w, x1, acc[1]);
+        }
+    }
+    let mut tiles = [[[0f32; NR]; MR]; 2];
+    for (r, acc) in acc.iter().enumerate() {
+        for (t, v) in acc.iter().enumerate() {
+            // SAFETY: a tile row holds NR = 16 floats, one store's worth.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm512_storeu_ps(tiles[t][r].as_mut_ptr(), *v)
+            };
+        }
+    }
+    add_tile(c, &tiles[0], i, j, rows, NR, end);
+    add_tile(c, &tiles[1], i, j + NR, rows, cols - NR, end);
+}
+
+/// The micro-kernel without FMA, kept out of line like the AVX2 one:
+/// inlined, its per-element address arithmetic spread into the loops of
+/// every product that calls it, which then carried dozens of spilled
+/// induction variables through each tile even on the AVX2 path (bert_base
+/// spent a third of its time there).
+#[inline(never)]
+fn micro_kernel_portable<A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): (A, B),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    let tile = tile_product::<false, A, B>(kc, a, b);
+    add_tile(c, &tile, i, j, rows, cols, end);
+}
