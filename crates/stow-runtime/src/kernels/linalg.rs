@@ -110,6 +110,35 @@ impl Tap {
     }
 }
 
+/// `dst` (at most 16 cells) set to `head` zeros, then the `inside`
+/// values of `src`, then zeros: one masked load that touches only those
+/// values and one masked store.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn padded_run_avx512(dst: &[Cell<f32>], src: *const f32, head: usize, inside: usize) {
+    use core::arch::x86_64::*;
+    let lanes = |n: usize| -> u32 {
+        if n >= 16 {
+            0xffff
+        } else {
+            (1u32 << n) - 1
+        }
+    };
+    let keep = lanes(dst.len()) as __mmask16;
+    let read = (lanes(head + inside) & !lanes(head) & lanes(dst.len())) as __mmask16;
+    // SAFETY: the lanes of `read` load `src[0..inside]`, in bounds (the
+    // caller's `sub`); masked-off lanes are not accessed (the address
+    // before `src` is only formed, with wrapping arithmetic). The store
+    // writes `dst`'s cells (at most 16), which only this thread writes
+    // while it packs.
+    #[allow(unsafe_code)]
+    unsafe {
+        let v = _mm512_maskz_loadu_ps(read, src.wrapping_sub(head));
+        _mm512_mask_storeu_ps(dst.as_ptr() as *mut f32, keep, v);
+    }
+}
+
 /// `dst` from the first `dst.len()` values of `src` (at most a panel), in
 /// pieces of 8 and 4 so that a run one short of a panel (the first run
 /// of a padded row) is not copied one value at a time.
@@ -137,6 +166,35 @@ fn copy_run(dst: &[Cell<f32>], src: impl Load<f32>) {
 
 impl<L: Load<f32>> PackB for Im2col<L> {
     fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        #[cfg(target_arch = "x86_64")]
+        if super::gemm::Isa::detect() == super::gemm::Isa::Avx512 {
+            // SAFETY: the function only needs the CPU to have AVX-512 F,
+            // which `Isa::detect` checked at run time.
+            #[allow(unsafe_code)]
+            return unsafe { self.pack_avx512(p0, kc, j0, nc, dst) };
+        }
+        self.pack_with::<false>(p0, kc, j0, nc, dst)
+    }
+}
+
+impl<L: Load<f32>> Im2col<L> {
+    /// [`PackB::pack`] with each contiguous run (its padding included)
+    /// copied by one masked load and one masked store.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn pack_avx512(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        self.pack_with::<true>(p0, kc, j0, nc, dst)
+    }
+
+    #[inline(always)]
+    fn pack_with<const WIDE: bool>(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        dst: &[Cell<f32>],
+    ) {
         let w = &self.s.window;
         let [id, ih, iw] = w.input.map(|d| d as isize);
         let [_, oh, ow] = w.output;
@@ -193,6 +251,17 @@ impl<L: Load<f32>> PackB for Im2col<L> {
                             continue;
                         }
                         let (head, inside) = ((lo - x0) as usize, (hi - lo) as usize);
+                        #[cfg(target_arch = "x86_64")]
+                        if WIDE {
+                            let src = self.data.sub(row + lo as usize, inside);
+                            // SAFETY: WIDE only from `pack_avx512`, on a
+                            // CPU with AVX-512 F.
+                            #[allow(unsafe_code)]
+                            unsafe {
+                                padded_run_avx512(cells, src.ptr(), head, inside)
+                            };
+                            continue;
+                        }
                         cells[..head].iter().for_each(|c| c.set(0.0));
                         copy_run(
                             &cells[head..head + inside],
