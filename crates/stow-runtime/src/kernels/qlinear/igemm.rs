@@ -48,7 +48,9 @@ use core::ops::Range;
 
 mod fused;
 pub(super) mod lines;
+mod rows;
 pub(super) use fused::{Epilogue, Rows};
+use rows::{rows_of, Packed, RowQuads, Two};
 
 /// Lanes of a panel: output columns a tile computes together (one
 /// AVX-512 register of i32).
@@ -250,79 +252,6 @@ pub fn lane_sums(isa: Isa, lanes_unsigned: bool, panel: &[u32]) -> [i32; NR] {
     tile_of(isa, lanes_unsigned, panel, &Ones, nq)[0]
 }
 
-/// Where a tile reads its rows' quads.
-trait RowQuads {
-    /// Quad `q` of row `r`.
-    fn quad(&self, q: usize, r: usize) -> u32;
-}
-
-/// Rows packed into scratch (module doc).
-struct Packed<'a>(&'a [Cell<u32>]);
-
-impl RowQuads for Packed<'_> {
-    #[inline(always)]
-    fn quad(&self, q: usize, r: usize) -> u32 {
-        self.0[q * MR + r].get()
-    }
-}
-
-/// Rows read in place ([`Operands::direct_rows`]).
-struct Direct<L>([L; MR]);
-
-impl<L: Load<u8>> RowQuads for Direct<L> {
-    #[inline(always)]
-    fn quad(&self, q: usize, r: usize) -> u32 {
-        // One bounds check for the four bytes, which then load as one u32.
-        let quad = self.0[r].sub(4 * q, 4);
-        u32::from_le_bytes([quad.load(0), quad.load(1), quad.load(2), quad.load(3)])
-    }
-}
-
-/// The sum of a row read in place, each byte as the kernel reads it. It
-/// is taken again for every block of panels, so it runs sixteen bytes at
-/// a time (sixteen i32 partial sums, which the compiler vectorises): an
-/// i8 byte `v` counts as `(v ^ 0x80) − 128`, exact modulo 2³².
-///
-/// With AVX2 the bytes are summed 32 at a time by `vpsadbw`: compiled for
-/// the baseline, the loop below (taken outside the vector kernels) was
-/// 5 % of an int8 resnet50's run.
-#[inline(always)]
-fn row_sum<L: Load<u8>>(isa: Isa, row: L, k: usize, unsigned: bool) -> i32 {
-    const W: usize = 16;
-    let row = row.sub(0, k);
-    let flip = if unsigned { 0 } else { 0x80 };
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Vnni | Isa::Avx2) {
-        // SAFETY: both ISAs have AVX2 (`Isa::detect`), and `row` holds
-        // `k` bytes.
-        #[allow(unsafe_code)]
-        let sum = unsafe { x86::byte_sum(row.ptr(), k, flip) };
-        // Exact: at most 255·k.
-        let sum = sum as i32;
-        return if unsigned {
-            sum
-        } else {
-            sum.wrapping_sub(128i32.wrapping_mul(k as i32))
-        };
-    }
-    let _ = isa;
-    let mut part = [0i32; W];
-    let whole = k - k % W;
-    for c in (0..whole).step_by(W) {
-        let chunk = row.sub(c, W);
-        for (p, i) in part.iter_mut().zip(0..W) {
-            *p = p.wrapping_add(i32::from(chunk.load(i) ^ flip));
-        }
-    }
-    let tail = (whole..k).fold(0i32, |s, i| s.wrapping_add(i32::from(row.load(i) ^ flip)));
-    let sum = part.iter().fold(tail, |s, &p| s.wrapping_add(p));
-    if unsigned {
-        sum
-    } else {
-        sum.wrapping_sub(128i32.wrapping_mul(k as i32))
-    }
-}
-
 /// What a finished tile hands its caller: its first row and lane, the raw
 /// sums, and the lanes' and rows' sums over the depth.
 pub struct Done<'t> {
@@ -430,8 +359,6 @@ fn blocks<'o, O: Operands>(
     // The sums of rows read in place, taken in the first block and kept
     // for the others (where the rows are few enough for the stack).
     let mut kept = [0i32; KEPT_ROWS];
-    let keep = ops.rows() <= KEPT_ROWS;
-    let summed = ops.row_sums_used();
     let mut p = panels.start;
     while p < panels.end {
         let first_block = p == panels.start;
@@ -451,71 +378,110 @@ fn blocks<'o, O: Operands>(
             mapped[count] = m;
             count += 1;
         }
-        for i0 in (0..ops.rows()).step_by(MR) {
-            let direct = ops.direct_rows(i0).map(Direct);
-            let row_buf = match kept_rows {
-                Some(kept) if direct.is_none() => &kept[i0 * nq..(i0 + MR) * nq],
-                _ => scratch_rows,
-            };
-            let row_sums = match &direct {
-                Some(_) if !summed => [0; MR],
-                Some(_) if keep && !first_block => core::array::from_fn(|r| kept[i0 + r]),
-                Some(d) => {
-                    let sums = d.0.map(|r| row_sum(isa, r, k, !O::LANES_UNSIGNED));
-                    if keep {
-                        kept[i0..i0 + MR].copy_from_slice(&sums);
-                    }
-                    sums
-                }
-                None if kept_rows.is_some() && !first_block => {
-                    core::array::from_fn(|r| kept[i0 + r])
-                }
+        let lu = O::LANES_UNSIGNED;
+        let usable = |f: &Rows<'_>| f.usable(ops.lanes());
+        // A group of rows already prepared (its sums taken, its line
+        // looked up) by an attempt to pair it with the one before.
+        let mut next = None;
+        let mut i0 = 0;
+        while i0 < ops.rows() {
+            let g = match next.take() {
+                Some(g) => g,
                 None => {
-                    let sums = ops.pack_rows(i0, row_buf);
-                    if kept_rows.is_some() {
-                        kept[i0..i0 + MR].copy_from_slice(&sums);
-                    }
-                    sums
+                    let r = rows_of(
+                        isa,
+                        ops,
+                        i0,
+                        first_block,
+                        kept_rows,
+                        scratch_rows,
+                        &mut kept,
+                    );
+                    let fused = match isa {
+                        Isa::Vnni => emit.rows(i0, &r.sums).filter(usable),
+                        _ => None,
+                    };
+                    (r, fused)
                 }
             };
-            let lu = O::LANES_UNSIGNED;
-            let fused = match isa {
-                Isa::Vnni => emit.rows(i0, &row_sums).filter(|f| f.usable(ops.lanes())),
-                _ => None,
-            };
+            // Two groups of rows requantised by the kernel go through one
+            // pass: each panel quad loaded once for eight rows, and up to
+            // 24 sums in flight, where four rows left the loop waiting on
+            // loads. Only rows read in place or kept packed pair (the
+            // second group must not be packed over the first's buffer).
+            let (r0, f0) = g;
+            let i1 = i0 + MR;
+            if let Some(f0) =
+                f0.filter(|_| i1 < ops.rows() && (r0.direct.is_some() || kept_rows.is_some()))
+            {
+                let r1 = rows_of(
+                    isa,
+                    ops,
+                    i1,
+                    first_block,
+                    kept_rows,
+                    scratch_rows,
+                    &mut kept,
+                );
+                let f1 = emit.rows(i1, &r1.sums).filter(usable);
+                match f1 {
+                    Some(f1) if r1.direct.is_some() == r0.direct.is_some() => {
+                        let to = [f0, f1];
+                        let mut b = 0;
+                        while b < count {
+                            let n = alike_panels(&mapped[b..count]);
+                            let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
+                            let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
+                            match (&r0.direct, &r1.direct, n) {
+                                (Some(d0), Some(d1), 3) => {
+                                    fused_group::<3, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                                }
+                                (Some(d0), Some(d1), 2) => {
+                                    fused_group::<2, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                                }
+                                (Some(d0), Some(d1), _) => {
+                                    fused_group::<1, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                                }
+                                (_, _, n) => {
+                                    let two = Two(&Packed(r0.buf), &Packed(r1.buf));
+                                    match n {
+                                        3 => fused_group::<3, 8, _>(lu, at, &two, nq, lanes, &to),
+                                        2 => fused_group::<2, 8, _>(lu, at, &two, nq, lanes, &to),
+                                        _ => fused_group::<1, 8, _>(lu, at, &two, nq, lanes, &to),
+                                    }
+                                }
+                            }
+                            b += n;
+                        }
+                        i0 += 2 * MR;
+                        continue;
+                    }
+                    f1 => next = Some((r1, f1)),
+                }
+            }
+            let fused = f0;
             let mut b = 0;
             while b < count {
-                // Up to three panels at a time where they are read alike:
-                // each row quad loaded once for all, and twelve sums in
-                // flight (each `vpdpbusd` waits for the one before it on
-                // its sum, two issue per cycle: eight are too few).
-                let alike = |t: usize| mapped[t].is_some() == mapped[b].is_some();
-                let n = if b + 2 < count && alike(b + 1) && alike(b + 2) {
-                    3
-                } else if b + 1 < count && alike(b + 1) {
-                    2
-                } else {
-                    1
-                };
+                let n = alike_panels(&mapped[b..count]);
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                 // Each tile handed on where it was computed: gathering them
                 // into one array first copied 768 bytes per group.
                 if let Some(to) = &fused {
-                    let lanes = |t: usize| {
-                        let j0 = (p + b + t) * NR;
-                        fused::Lanes {
-                            j0,
-                            lanes: NR.min(ops.lanes().saturating_sub(j0)),
-                            sums: &sums[b + t],
+                    let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
+                    let to = core::slice::from_ref(to);
+                    match (&r0.direct, n) {
+                        (Some(d), 3) => fused_group::<3, MR, _>(lu, at, d, nq, lanes, to),
+                        (Some(d), 2) => fused_group::<2, MR, _>(lu, at, d, nq, lanes, to),
+                        (Some(d), _) => fused_group::<1, MR, _>(lu, at, d, nq, lanes, to),
+                        (None, 3) => {
+                            fused_group::<3, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
                         }
-                    };
-                    match (&direct, n) {
-                        (Some(d), 3) => fused_group::<3, _>(lu, at, d, nq, lanes, to),
-                        (Some(d), 2) => fused_group::<2, _>(lu, at, d, nq, lanes, to),
-                        (Some(d), _) => fused_group::<1, _>(lu, at, d, nq, lanes, to),
-                        (None, 3) => fused_group::<3, _>(lu, at, &Packed(row_buf), nq, lanes, to),
-                        (None, 2) => fused_group::<2, _>(lu, at, &Packed(row_buf), nq, lanes, to),
-                        (None, _) => fused_group::<1, _>(lu, at, &Packed(row_buf), nq, lanes, to),
+                        (None, 2) => {
+                            fused_group::<2, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
+                        }
+                        (None, _) => {
+                            fused_group::<1, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
+                        }
                     }
                     b += n;
                     continue;
@@ -527,22 +493,52 @@ fn blocks<'o, O: Operands>(
                             j0: (p + b + t) * NR,
                             raw,
                             lane_sums: &sums[b + t],
-                            row_sums: &row_sums,
+                            row_sums: &r0.sums,
                         });
                     }
                 };
-                match (&direct, n) {
+                match (&r0.direct, n) {
                     (Some(d), 3) => put(&group::<3, _>(isa, lu, at, d, nq)),
                     (Some(d), 2) => put(&group::<2, _>(isa, lu, at, d, nq)),
                     (Some(d), _) => put(&group::<1, _>(isa, lu, at, d, nq)),
-                    (None, 3) => put(&group::<3, _>(isa, lu, at, &Packed(row_buf), nq)),
-                    (None, 2) => put(&group::<2, _>(isa, lu, at, &Packed(row_buf), nq)),
-                    (None, _) => put(&group::<1, _>(isa, lu, at, &Packed(row_buf), nq)),
+                    (None, 3) => put(&group::<3, _>(isa, lu, at, &Packed(r0.buf), nq)),
+                    (None, 2) => put(&group::<2, _>(isa, lu, at, &Packed(r0.buf), nq)),
+                    (None, _) => put(&group::<1, _>(isa, lu, at, &Packed(r0.buf), nq)),
                 }
                 b += n;
             }
+            i0 += MR;
         }
         p += count;
+    }
+}
+
+/// How many panels from `mapped[0]` one pass takes (at most three):
+/// those read alike (all mapped, or all packed), each row quad loaded
+/// once for all. Three keep twelve sums in flight with one group of
+/// rows (each `vpdpbusd` waits for the one before it on its sum: eight
+/// were too few), 24 with two; four alike go as two and two rather
+/// than three and one, whose pass has a third of the sums in flight.
+fn alike_panels(mapped: &[Option<&[u32]>]) -> usize {
+    let first = mapped.first().map(Option::is_some);
+    let run = mapped
+        .iter()
+        .take_while(|m| Some(m.is_some()) == first)
+        .count();
+    match run {
+        0 => 1,
+        4 => 2,
+        n => n.min(3),
+    }
+}
+
+/// The panel of lanes `j0..` of `ops` as the fused kernel writes it.
+#[inline(always)]
+fn lanes_of<'s, O: Operands>(ops: &O, j0: usize, sums: &'s [i32; NR]) -> fused::Lanes<'s> {
+    fused::Lanes {
+        j0,
+        lanes: NR.min(ops.lanes().saturating_sub(j0)),
+        sums,
     }
 }
 
@@ -566,16 +562,16 @@ fn group<'s, const N: usize, R: RowQuads>(
     }
 }
 
-/// [`group`] requantised by the kernel into `to` ([`fused`]); only
-/// chosen with [`Isa::Vnni`].
+/// [`group`] requantised by the kernel into `to` ([`fused`]), `M` rows
+/// (`to.len()` groups of [`MR`]); only chosen with [`Isa::Vnni`].
 #[inline(always)]
-fn fused_group<'s, const N: usize, R: RowQuads>(
+fn fused_group<'s, const N: usize, const M: usize, R: RowQuads>(
     lanes_unsigned: bool,
     at: impl Fn(usize) -> (Option<&'s [u32]>, &'s [Cell<u32>]),
     rows: &R,
     nq: usize,
     lanes: impl Fn(usize) -> fused::Lanes<'s>,
-    to: &Rows<'_>,
+    to: &[Rows<'_>],
 ) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -587,16 +583,16 @@ fn fused_group<'s, const N: usize, R: RowQuads>(
         if panels.iter().all(|(m, _)| m.is_some()) {
             let mapped = panels.map(|(m, _)| m.unwrap_or(&[]));
             if lanes_unsigned {
-                unsafe { fused::tiles_vnni::<true, N, _, R>(mapped, rows, nq, lanes, to) }
+                unsafe { fused::tiles_vnni::<true, N, M, _, R>(mapped, rows, nq, lanes, to) }
             } else {
-                unsafe { fused::tiles_vnni::<false, N, _, R>(mapped, rows, nq, lanes, to) }
+                unsafe { fused::tiles_vnni::<false, N, M, _, R>(mapped, rows, nq, lanes, to) }
             }
         } else {
             let scratch = panels.map(|(_, s)| s);
             if lanes_unsigned {
-                unsafe { fused::tiles_vnni::<true, N, _, R>(scratch, rows, nq, lanes, to) }
+                unsafe { fused::tiles_vnni::<true, N, M, _, R>(scratch, rows, nq, lanes, to) }
             } else {
-                unsafe { fused::tiles_vnni::<false, N, _, R>(scratch, rows, nq, lanes, to) }
+                unsafe { fused::tiles_vnni::<false, N, M, _, R>(scratch, rows, nq, lanes, to) }
             }
         }
     }

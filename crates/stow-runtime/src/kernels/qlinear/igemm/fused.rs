@@ -68,46 +68,63 @@ pub(super) struct Lanes<'a> {
 }
 
 /// The tiles of `N` panels (`panels[t]` holds `nq·NR` quads) against the
-/// rows `rows`, requantised into `to` ([`Rows::usable`] for the product's
-/// lanes). The caller guarantees AVX-512 F, BW and VNNI.
+/// `M` rows `rows` (`to.len()` groups of [`MR`]: group `g`'s row `r` is
+/// `rows.quad(_, g·MR + r)`), requantised into `to` ([`Rows::usable`]
+/// for the product's lanes). The caller guarantees AVX-512 F, BW and
+/// VNNI.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQuads, R: RowQuads>(
+pub(super) fn tiles_vnni<
+    const LANES_UNSIGNED: bool,
+    const N: usize,
+    const M: usize,
+    P: PanelQuads,
+    R: RowQuads,
+>(
     panels: [P; N],
     rows: &R,
     nq: usize,
     lanes: [Lanes<'_>; N],
-    to: &Rows<'_>,
+    to: &[Rows<'_>],
 ) {
     use crate::kernels::qlinear::epilogue::x86::Consts;
     use core::arch::x86_64::*;
+    debug_assert_eq!(to.len() * MR, M, "rows of the tile and groups disagree");
     let panels = panels.map(|p| p.first(nq * NR));
-    let acc = super::x86::sums_vnni::<LANES_UNSIGNED, N, P, R>(panels, rows, nq);
-    for (r, (o, line)) in to.lines.iter().enumerate().take(to.count) {
-        let k = Consts::of(line);
-        for (t, l) in lanes.iter().enumerate() {
-            let n = l.lanes.min(NR);
-            let mask: __mmask16 = if n == NR { !0 } else { (1u16 << n) - 1 };
-            // A zero multiplier (symmetric weights) adds nothing: the
-            // lane sums are not read, as in the epilogue.
-            // SAFETY: `sums` holds NR = 16 i32, the 64 bytes one load reads.
-            #[allow(unsafe_code)]
-            let s = (line.m != 0).then(|| unsafe { _mm512_loadu_si512(l.sums.as_ptr().cast()) });
-            let y = k.narrow(acc[t][r], s);
-            let start = o + l.j0;
-            // Inside `out` ([`Rows::usable`]); checked again rather than
-            // trusted, a store out of bounds being unsound.
-            let Some(d) = to.out.get(start..start + n) else {
-                debug_assert!(false, "fused row outside the output");
-                continue;
-            };
-            // SAFETY: the masked store writes the first `n` bytes from
-            // `d`'s start, all inside `d`; the output's cells are only
-            // accessed by this thread while its tiles are written.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr() as *mut i8, mask, y)
-            };
+    let acc = super::x86::sums_vnni::<LANES_UNSIGNED, N, M, P, R>(panels, rows, nq);
+    for (g, to) in to.iter().enumerate() {
+        for (r, (o, line)) in to.lines.iter().enumerate().take(to.count) {
+            let k = Consts::of(line);
+            for (t, l) in lanes.iter().enumerate() {
+                let Some(&a) = acc[t].get(g * MR + r) else {
+                    debug_assert!(false, "group past the tile's rows");
+                    continue;
+                };
+                let n = l.lanes.min(NR);
+                let mask: __mmask16 = if n == NR { !0 } else { (1u16 << n) - 1 };
+                // A zero multiplier (symmetric weights) adds nothing: the
+                // lane sums are not read, as in the epilogue.
+                // SAFETY: `sums` holds NR = 16 i32, the 64 bytes one load
+                // reads.
+                #[allow(unsafe_code)]
+                let s =
+                    (line.m != 0).then(|| unsafe { _mm512_loadu_si512(l.sums.as_ptr().cast()) });
+                let y = k.narrow(a, s);
+                let start = o + l.j0;
+                // Inside `out` ([`Rows::usable`]); checked again rather
+                // than trusted, a store out of bounds being unsound.
+                let Some(d) = to.out.get(start..start + n) else {
+                    debug_assert!(false, "fused row outside the output");
+                    continue;
+                };
+                // SAFETY: the masked store writes the first `n` bytes from
+                // `d`'s start, all inside `d`; the output's cells are only
+                // accessed by this thread while its tiles are written.
+                #[allow(unsafe_code)]
+                unsafe {
+                    _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr() as *mut i8, mask, y)
+                };
+            }
         }
     }
 }

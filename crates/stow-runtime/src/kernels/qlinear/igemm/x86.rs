@@ -68,7 +68,7 @@ pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQua
     rows: &R,
     nq: usize,
 ) -> [Tile; N] {
-    let acc = sums_vnni::<LANES_UNSIGNED, N, P, R>(panels, rows, nq);
+    let acc = sums_vnni::<LANES_UNSIGNED, N, MR, P, R>(panels, rows, nq);
     let mut out = [[[0i32; NR]; MR]; N];
     for (o, a) in out.iter_mut().zip(acc) {
         for (o, a) in o.iter_mut().zip(a) {
@@ -84,15 +84,23 @@ pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQua
 }
 
 /// [`tiles_vnni`]'s sums, left in registers (for it, and for
-/// [`super::fused`], which requantises them there). Same contract.
+/// [`super::fused`], which requantises them there), of `M` rows
+/// (`rows.quad(q, r)` for `r < M`: [`MR`], or two groups of it). Same
+/// contract.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-pub(super) fn sums_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQuads, R: RowQuads>(
+pub(super) fn sums_vnni<
+    const LANES_UNSIGNED: bool,
+    const N: usize,
+    const M: usize,
+    P: PanelQuads,
+    R: RowQuads,
+>(
     panels: [P; N],
     rows: &R,
     nq: usize,
-) -> [[__m512i; MR]; N] {
-    let mut acc = [[_mm512_setzero_si512(); MR]; N];
+) -> [[__m512i; M]; N] {
+    let mut acc = [[_mm512_setzero_si512(); M]; N];
     for q in 0..nq {
         // SAFETY: `at` checked that NR = 16 quads follow in each panel,
         // the 64 bytes one unaligned load reads; scratch is only written
@@ -101,7 +109,7 @@ pub(super) fn sums_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQuad
         let x: [__m512i; N] = core::array::from_fn(|t| unsafe {
             _mm512_loadu_si512(panels[t].at(q * NR, NR).cast())
         });
-        for r in 0..MR {
+        for r in 0..M {
             let w = _mm512_set1_epi32(rows.quad(q, r) as i32);
             for (a, x) in acc.iter_mut().zip(x) {
                 // vpdpbusd multiplies its first operand's bytes as u8
