@@ -226,7 +226,11 @@ impl QConv {
             ..g
         };
         let planes = s.batch * s.groups;
-        let per = planes.div_ceil(parts.max(1));
+        let strips = blocks::Strips::of(&g);
+        // Shares of whole blocks where planes go [`blocks::LANES`] at a
+        // time (a share's short last block costs a whole one).
+        let unit = if strips.is_some() { blocks::LANES } else { 1 };
+        let per = planes.div_ceil(unit).div_ceil(parts.max(1)) * unit;
         let mine = (part * per).min(planes)..((part + 1) * per).min(planes);
         crate::with_load!(x, |x| crate::with_load!(w, |w| {
             let task = Task {
@@ -238,31 +242,64 @@ impl QConv {
                 out,
                 isa,
             };
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                Isa::Vnni => {
-                    // SAFETY: `Isa::Vnni` is only chosen where the CPU has
-                    // AVX-512 F and BW (`Isa::detect`).
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::planes_avx512(&task, mine)
+            if let Some(st) = &strips {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => {
+                        // SAFETY: `Isa::Vnni` is only chosen where the CPU
+                        // has AVX-512 F and BW (`Isa::detect`).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            blocks::x86::blocks_avx512(&task, st, mine)
+                        }
                     }
-                }
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => {
-                    // SAFETY: `Isa::Avx2` is only chosen where the CPU has
-                    // AVX2.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::planes_avx2(&task, mine)
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => {
+                        // SAFETY: `Isa::Avx2` is only chosen where the CPU
+                        // has AVX2.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            blocks::x86::blocks_avx2(&task, st, mine)
+                        }
                     }
+                    _ => task.blocks(st, mine),
                 }
-                _ => task.planes(mine),
+                #[cfg(test)]
+                tests::BLOCK_RUNS.with(|c| c.set(c.get() + 1));
+            } else {
+                task.planes_on(mine)
             }
         }));
         #[cfg(test)]
         super::tests::DEPTHWISE_RUNS.with(|c| c.set(c.get() + 1));
         true
+    }
+}
+
+impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
+    /// [`Task::planes`] with the instruction set's copy.
+    fn planes_on(&self, mine: Range<usize>) {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => {
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F and BW (`Isa::detect`).
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::planes_avx512(self, mine)
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                // SAFETY: `Isa::Avx2` is only chosen where the CPU has
+                // AVX2.
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::planes_avx2(self, mine)
+                }
+            }
+            _ => self.planes(mine),
+        }
     }
 }
 
@@ -800,5 +837,6 @@ pub(super) mod x86 {
     }
 }
 
+mod blocks;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

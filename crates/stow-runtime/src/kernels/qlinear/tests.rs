@@ -982,3 +982,4 @@ fn refuses_what_it_does_not_compute() {
 
 mod packed;
 mod runs;
+mod depthwise_blocks;

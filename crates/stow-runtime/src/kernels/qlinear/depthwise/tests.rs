@@ -86,3 +86,10 @@ fn the_vnni_loop_declines_what_it_cannot_take() {
         assert_eq!(sums, vec![5; 30]);
     }
 }
+
+std::thread_local! {
+    /// Shares the channel-block path ([`blocks`]) ran on this test's
+    /// thread.
+    pub(in super::super) static BLOCK_RUNS: core::cell::Cell<usize> =
+        const { core::cell::Cell::new(0) };
+}

@@ -1,0 +1,94 @@
+//! Depthwise convolutions of many small planes, which the direct path
+//! takes sixteen planes at a time across vector lanes: mobilenet's and
+//! efficientnet's 7×7, 14×14 and 28×28 planes and odd sizes around them,
+//! 3×3 and 5×5 windows at strides 1 and 2, pads on either side, channel
+//! counts that leave a short last block (and a batch of two, whose blocks
+//! straddle the images), zero points at the ends of their types, per
+//! channel scales, in shares of 1, 2 and 3 threads: the reference loops'
+//! bytes.
+
+use super::super::depthwise::tests::BLOCK_RUNS;
+use super::*;
+
+#[test]
+fn channel_blocks_match_the_reference() {
+    let before = BLOCK_RUNS.with(Cell::get);
+    let mut rng = Rng(0x0b10_c4ed_d3b7);
+    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
+    let edge = |rng: &mut Rng, dtype: DType| -> i64 {
+        let (lo, hi) = range(dtype);
+        match rng.int(0, 3) {
+            0 => lo,
+            1 => hi,
+            _ => rng.int(lo, hi),
+        }
+    };
+    let cases = 48;
+    for case in 0..cases {
+        let (x_type, w_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
+        let out = [DType::U8, DType::I8, DType::I32][case % 3];
+        let k = [3, 5][case / 4 % 2];
+        let stride = [1, 2][case / 8 % 2];
+        let size = [7, 14, 28, 9, 15, 4, 1][case % 7];
+        let (h, w) = if case % 5 == 0 {
+            (size, rng.int(1, 30) as usize)
+        } else {
+            (size, size)
+        };
+        let (pt, pl) = (rng.int(0, k as i64 / 2) as usize, rng.int(0, k as i64 / 2) as usize);
+        let (pb, pr) = (rng.int(0, k as i64 / 2) as usize, rng.int(0, k as i64 / 2) as usize);
+        // Windows wider than the padded image are not convolutions.
+        let (h, w) = (h.max(k), w.max(k));
+        let groups = [1, 15, 16, 17, 40, 96][case % 6];
+        let batch = 1 + case / 3 % 2;
+        let oh = (h + pt + pb - k) / stride + 1;
+        let ow = (w + pl + pr - k) / stride + 1;
+        let mut p = Params::random(&mut rng, x_type, w_type, out, groups);
+        p.a0 = edge(&mut rng, x_type);
+        p.b0 = (0..groups).map(|_| edge(&mut rng, w_type)).collect();
+        let mut ins = vec![
+            ints(
+                x_type,
+                &[batch, groups, h, w],
+                rng.narrow(x_type, batch * groups * h * w),
+            ),
+            ints(
+                w_type,
+                &[groups, 1, k, k],
+                rng.narrow(w_type, groups * k * k),
+            ),
+        ];
+        ins.extend(
+            p.tensors(x_type, w_type, out, "")
+                .into_iter()
+                .map(|(mut t, _)| {
+                    if matches!(t.dtype, DType::U8 | DType::I8) {
+                        t.dtype = DType::I32;
+                    }
+                    t
+                }),
+        );
+        let attributes = vec![
+            ("data_format", text("NCHW")),
+            ("kernel_shape", ints_attr(&[k, k])),
+            ("strides", ints_attr(&[stride, stride])),
+            ("dilations", ints_attr(&[1, 1])),
+            ("padding", text("explicit")),
+            ("pads_before", ints_attr(&[pt, pl])),
+            ("pads_after", ints_attr(&[pb, pr])),
+            ("group", AttrValue::Int(groups as i64)),
+            ("kernel_format", text("OIHW")),
+            ("q_params", text(q_name(out))),
+        ];
+        run(
+            "Conv",
+            attributes,
+            &ins,
+            (out, &[batch, groups, oh, ow]),
+        )
+        .unwrap();
+    }
+    // Every share of every case went through the blocks (1 + 2 + 3
+    // shares through the scratch, 2 on the stack).
+    assert_eq!(BLOCK_RUNS.with(Cell::get) - before, cases * 8);
+}
