@@ -111,9 +111,9 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
                 let rows = st.rows.min(g.oh - oy0);
                 self.fill(st, &mut tile, &planes, oy0, rows);
                 let taps = (&offs[..ntaps], &weights[..ntaps]);
-                match ntaps {
-                    9 => sum_fixed::<9>(g, st, &tile, taps, rows, &mut sums),
-                    25 => sum_fixed::<25>(g, st, &tile, taps, rows, &mut sums),
+                match (g.kh, g.kw, g.dx) {
+                    (3, 3, 1) => sum_fixed::<3, 3>(g, st, &tile, &weights, rows, &mut sums),
+                    (5, 5, 1) => sum_fixed::<5, 5>(g, st, &tile, &weights, rows, &mut sums),
                     _ => sum_any(g, st, &tile, taps, rows, &mut sums),
                 }
                 let count = rows * g.ow;
@@ -161,21 +161,96 @@ impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
             line[..lo].fill([0; LANES]);
             line[hi..].fill([0; LANES]);
             let from = iy as usize * g.iw;
-            let srcs: [X; LANES] =
-                core::array::from_fn(|l| self.x.sub(planes[l] * plane_in + from, hi - lo));
-            for (j, cell) in line[lo..hi].iter_mut().enumerate() {
-                let bytes: [u8; LANES] = core::array::from_fn(|l| srcs[l].load(j));
-                for (c, b) in cell.iter_mut().zip(bytes) {
-                    *c = i16::from(b ^ flip) - a0;
+            // Loops rather than `array::from_fn`, whose closures were
+            // left out of line (without the caller's instruction set).
+            let mut starts = [0usize; LANES];
+            for (s, &p) in starts.iter_mut().zip(planes) {
+                *s = p * plane_in + from;
+            }
+            let line = &mut line[lo..hi];
+            // Sixteen columns of the sixteen planes at a time, turned
+            // channels-last by one 16×16 byte transpose (a byte at a time
+            // was most of this path's time).
+            for (j, cells) in (0..).step_by(16).zip(line.chunks_mut(16)) {
+                let mut block = [[0u8; 16]; LANES];
+                for (b, &s) in block.iter_mut().zip(&starts) {
+                    *b = load16(self.x, s + j, cells.len());
+                }
+                let cols = transpose16(&block);
+                for (cell, col) in cells.iter_mut().zip(&cols) {
+                    for (c, &b) in cell.iter_mut().zip(col) {
+                        *c = i16::from(b ^ flip) - a0;
+                    }
                 }
             }
         }
     }
 }
 
+/// Sixteen bytes of `x` from `at`: straight from it where it holds them
+/// (those past the `take` wanted are read and ignored), else the `take`
+/// that are there (the tensor's end) and zeros.
+#[inline(always)]
+fn load16<X: Load<u8>>(x: X, at: usize, take: usize) -> [u8; 16] {
+    if at + 16 <= x.count() {
+        return super::copy(x.sub(at, 16));
+    }
+    let mut bytes = [0u8; 16];
+    for (i, b) in bytes
+        .iter_mut()
+        .enumerate()
+        .take(take.min(x.count().saturating_sub(at)))
+    {
+        *b = x.load(at + i);
+    }
+    bytes
+}
+
+/// `out[j][l] = rows[l][j]`: four rounds of interleaving rows `k` and
+/// `k + 8` (SSE2, the baseline of x86-64: 32 `punpck{l,h}bw`).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose16(rows: &[[u8; 16]; 16]) -> [[u8; 16]; 16] {
+    use core::arch::x86_64::*;
+    // SAFETY: SSE2 is part of every x86-64 CPU; the loads and stores are
+    // of whole `[u8; 16]`, unaligned.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut v = [_mm_setzero_si128(); 16];
+        for (v, row) in v.iter_mut().zip(rows) {
+            *v = _mm_loadu_si128(row.as_ptr().cast());
+        }
+        for _ in 0..4 {
+            let mut t = v;
+            for k in 0..8 {
+                t[2 * k] = _mm_unpacklo_epi8(v[k], v[k + 8]);
+                t[2 * k + 1] = _mm_unpackhi_epi8(v[k], v[k + 8]);
+            }
+            v = t;
+        }
+        let mut out = [[0u8; 16]; 16];
+        for (o, x) in out.iter_mut().zip(v) {
+            _mm_storeu_si128(o.as_mut_ptr().cast(), x);
+        }
+        out
+    }
+}
+
+/// `out[j][l] = rows[l][j]`, element by element.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn transpose16(rows: &[[u8; 16]; 16]) -> [[u8; 16]; 16] {
+    core::array::from_fn(|j| core::array::from_fn(|l| rows[l][j]))
+}
+
 /// One output position's sums across the lanes: `Σ_t tile[at + off_t]·w_t`.
 #[inline(always)]
-fn position(tile: &[[i16; LANES]], at: usize, offs: &[usize], weights: &[[i16; LANES]]) -> [i32; LANES] {
+fn position(
+    tile: &[[i16; LANES]],
+    at: usize,
+    offs: &[usize],
+    weights: &[[i16; LANES]],
+) -> [i32; LANES] {
     let mut acc = [0i32; LANES];
     for (&off, w) in offs.iter().zip(weights) {
         let xs = &tile[at + off];
@@ -205,29 +280,37 @@ fn sum_any(
     }
 }
 
-/// [`sum_any`] for windows of `N` taps: the taps' weights copied into a
-/// fixed array once, so that a 3×3 or 5×5 window's stay in registers
-/// across the strip and the tap loop unrolls.
+/// [`sum_any`] for `KH × KW` windows without column dilation: the
+/// weights copied into a fixed array once, so that a 3×3 or 5×5 window's
+/// stay in registers across the strip, and each window row one slice of
+/// `KW` tile positions (one bounds check, the taps' offsets constants).
 #[inline(always)]
-fn sum_fixed<const N: usize>(
+fn sum_fixed<const KH: usize, const KW: usize>(
     g: &Geometry,
     st: &Strips,
     tile: &[[i16; LANES]; IN_CAP],
-    (offs, weights): (&[usize], &[[i16; LANES]]),
+    weights: &[[i16; LANES]; TAPS],
     rows: usize,
     sums: &mut [[i32; LANES]; OUT_CAP],
 ) {
-    let (Ok(offs), Ok(weights)) = (
-        <&[usize; N]>::try_from(offs),
-        <&[[i16; LANES]; N]>::try_from(weights),
-    ) else {
-        return sum_any(g, st, tile, (offs, weights), rows, sums);
-    };
-    let (offs, weights) = (*offs, *weights);
+    let w: [[[i16; LANES]; KW]; KH] =
+        core::array::from_fn(|ty| core::array::from_fn(|tx| weights[ty * KW + tx]));
+    let step = g.dy * st.pw;
     for r in 0..rows {
         let line = r * g.sy * st.pw;
         for (ox, s) in sums[r * g.ow..(r + 1) * g.ow].iter_mut().enumerate() {
-            *s = position(tile, line + ox * g.sx, &offs, &weights);
+            let at = line + ox * g.sx;
+            let mut acc = [0i32; LANES];
+            for (ty, w) in w.iter().enumerate() {
+                let xs = &tile[at + ty * step..at + ty * step + KW];
+                for (xs, w) in xs.iter().zip(w) {
+                    for ((a, &x), &w) in acc.iter_mut().zip(xs).zip(w) {
+                        // Exact: two i16, as in `position`.
+                        *a = a.wrapping_add(i32::from(x) * i32::from(w));
+                    }
+                }
+            }
+            *s = acc;
         }
     }
 }

@@ -35,8 +35,14 @@ fn channel_blocks_match_the_reference() {
         } else {
             (size, size)
         };
-        let (pt, pl) = (rng.int(0, k as i64 / 2) as usize, rng.int(0, k as i64 / 2) as usize);
-        let (pb, pr) = (rng.int(0, k as i64 / 2) as usize, rng.int(0, k as i64 / 2) as usize);
+        let (pt, pl) = (
+            rng.int(0, k as i64 / 2) as usize,
+            rng.int(0, k as i64 / 2) as usize,
+        );
+        let (pb, pr) = (
+            rng.int(0, k as i64 / 2) as usize,
+            rng.int(0, k as i64 / 2) as usize,
+        );
         // Windows wider than the padded image are not convolutions.
         let (h, w) = (h.max(k), w.max(k));
         let groups = [1, 15, 16, 17, 40, 96][case % 6];
@@ -80,13 +86,7 @@ fn channel_blocks_match_the_reference() {
             ("kernel_format", text("OIHW")),
             ("q_params", text(q_name(out))),
         ];
-        run(
-            "Conv",
-            attributes,
-            &ins,
-            (out, &[batch, groups, oh, ow]),
-        )
-        .unwrap();
+        run("Conv", attributes, &ins, (out, &[batch, groups, oh, ow])).unwrap();
     }
     // Every share of every case went through the blocks (1 + 2 + 3
     // shares through the scratch, 2 on the stack).
