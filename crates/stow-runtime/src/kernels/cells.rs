@@ -181,6 +181,20 @@ pub fn store<U: Copy, const N: usize>(out: &[Cell<U>], r: [U; N]) {
     }
 }
 
+/// `out[i] = v[i]` over the shorter of the two, as one copy rather than
+/// a store per element.
+#[inline(always)]
+pub fn copy_into<T: Copy>(out: &[Cell<T>], v: &[T]) {
+    let n = out.len().min(v.len());
+    // SAFETY: `n` cells of `out` (laid out as `n` values of `T`), which may
+    // be written through a shared reference, and `n` values of `v`; `v` is
+    // a plain slice, so it cannot overlap cells being written.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::ptr::copy_nonoverlapping(v.as_ptr(), out.as_ptr().cast::<T>().cast_mut(), n)
+    }
+}
+
 /// `out[j] = f(a[j])` over one row, chunked as [`zip_row`].
 #[inline(always)]
 pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T) -> U) {

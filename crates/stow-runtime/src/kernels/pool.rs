@@ -243,9 +243,7 @@ fn max_pool_rows<T: Ordered>(w: &Window, planes: Range<usize>, x: impl Load<T>, 
                     }
                 }
                 let o = &out[ob + oy * ow + c0..ob + oy * ow + c0 + n];
-                for (cell, v) in o.iter().zip(&acc[..n]) {
-                    cell.set(*v);
-                }
+                super::cells::copy_into(o, &acc[..n]);
             }
         }
     }
@@ -465,9 +463,14 @@ mod bytes {
     mod x86 {
         use core::arch::x86_64::*;
 
-        /// 32 outputs at a time from the 65 bytes their windows span.
-        /// The maxima of the three taps at every position, then the even
-        /// positions' bytes gathered.
+        /// 32 outputs at a time from the 65 bytes their windows span:
+        /// in each 16-bit lane of a load from `2i`, its low byte is the
+        /// first tap and its high byte the second; the third is the high
+        /// byte of the load one byte on. Shifting the high bytes down and
+        /// taking the maxima leaves each output in its lane's low byte
+        /// (no byte past the windows is read). A row whose length is not a
+        /// multiple of 32 ends with a block overlapping the one before
+        /// (the maximum twice over is the same maximum).
         ///
         /// # Safety
         /// AVX2; `src` readable for `2 * n + 1` bytes, `dst` writable
@@ -490,28 +493,39 @@ mod bytes {
                 0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1, 0, 2, 4, 6, 8, 10, 12,
                 14, -1, -1, -1, -1, -1, -1, -1, -1,
             );
-            let mut i = 0;
-            // The last load ends at byte 2i + 66 (one past the block).
-            while 2 * i + 66 <= 2 * n + 1 {
-                // SAFETY: bytes 2i .. 2i + 66 are within the `2n + 1`
-                // readable (loop condition), outputs i .. i + 32 within
-                // the `n` writable (2i + 66 <= 2n + 1 gives i + 32 <= n).
+            let block = |i: usize| {
+                // SAFETY: bytes 2i .. 2i + 65 are within the `2n + 1`
+                // readable and outputs i .. i + 32 within the `n` writable
+                // (the callers below keep i + 32 <= n).
                 let p = src.add(2 * i);
                 let ld = |k: usize| _mm256_loadu_si256(p.add(k).cast());
-                let lo = max(max(ld(0), ld(1)), ld(2));
-                let hi = max(max(ld(32), ld(33)), ld(34));
+                let taps = |a: __m256i, b: __m256i| {
+                    max(max(a, _mm256_srli_epi16::<8>(a)), _mm256_srli_epi16::<8>(b))
+                };
+                let (lo, hi) = (taps(ld(0), ld(1)), taps(ld(32), ld(33)));
                 // lo's lanes hold outputs 0-7 and 8-15, hi's 16-23 and
                 // 24-31, each in its low 8 bytes.
                 let (lo, hi) = (_mm256_shuffle_epi8(lo, even), _mm256_shuffle_epi8(hi, even));
                 let out = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_unpacklo_epi64(lo, hi));
                 let d = dst.add(i).cast::<__m256i>();
                 _mm256_storeu_si256(d, max(_mm256_loadu_si256(d), out));
+            };
+            if n < 32 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 32 <= n {
+                block(i);
                 i += 32;
             }
-            i
+            if i < n {
+                block(n - 32);
+            }
+            n
         }
 
-        /// `dst[i] = max(dst[i], src[i])`, 32 at a time.
+        /// `dst[i] = max(dst[i], src[i])`, 32 at a time, the end as in
+        /// [`max3_stride2`].
         ///
         /// # Safety
         /// AVX2; `src` readable and `dst` writable for `n` bytes.
@@ -521,9 +535,8 @@ mod bytes {
             dst: *mut u8,
             n: usize,
         ) -> usize {
-            let mut i = 0;
-            while i + 32 <= n {
-                // SAFETY: i + 32 <= n.
+            let block = |i: usize| {
+                // SAFETY: i + 32 <= n (the callers below).
                 let (a, d) = (_mm256_loadu_si256(src.add(i).cast()), dst.add(i).cast());
                 let b = _mm256_loadu_si256(d);
                 let m = if SIGNED {
@@ -532,9 +545,20 @@ mod bytes {
                     _mm256_max_epu8(a, b)
                 };
                 _mm256_storeu_si256(d, m);
+            };
+            if n < 32 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 32 <= n {
+                block(i);
                 i += 32;
             }
-            i
+            // The end overlapping the block before: the same maxima.
+            if i < n {
+                block(n - 32);
+            }
+            n
         }
     }
 }

@@ -47,6 +47,7 @@ use core::cell::Cell;
 use core::ops::Range;
 
 mod fused;
+pub(super) mod lines;
 pub(super) use fused::{Epilogue, Rows};
 
 /// Lanes of a panel: output columns a tile computes together (one
@@ -173,6 +174,12 @@ pub trait Operands {
     /// them so; `None` to pack them.
     fn direct_rows(&self, _i0: usize) -> Option<[Self::Row<'_>; MR]> {
         None
+    }
+    /// False when the rows' sums are never used (the lanes' side's zero
+    /// point is 0: they only come in multiplied by it), so that rows read
+    /// in place are not summed.
+    fn row_sums_used(&self) -> bool {
+        true
     }
     /// Lanes `j0..j0 + NR` already in the panel layout (`⌈K/4⌉·NR`
     /// quads), if the operand holds them so (a weight the compiler
@@ -370,7 +377,39 @@ pub(super) fn product<'o, O: Operands>(
     ops: &O,
     scratch: &[Cell<u32>],
     panels: Range<usize>,
+    emit: impl Epilogue<'o>,
+) {
+    let nq = ops.depth().div_ceil(4);
+    let all = ops.rows().next_multiple_of(MR) * nq;
+    // Rows that must be packed (a depth not in whole quads: a first
+    // convolution of 3 channels) are packed once, in the first block, and
+    // kept for the others where they fit: packing them again for each
+    // block of panels was 3 % of an int8 resnet50's run. Only then is the
+    // buffer made (and zeroed).
+    if ops.rows() > 0
+        && ops.direct_rows(0).is_none()
+        && all <= KEPT_QUADS
+        && ops.rows() <= KEPT_ROWS
+    {
+        let kept: [Cell<u32>; KEPT_QUADS] = core::array::from_fn(|_| Cell::new(0));
+        return blocks(isa, ops, scratch, panels, emit, Some(&kept[..all]));
+    }
+    blocks(isa, ops, scratch, panels, emit, None)
+}
+
+/// Quads of packed rows [`product`] keeps between blocks (16 KiB of
+/// stack).
+const KEPT_QUADS: usize = 4096;
+
+/// [`product`], with `kept` holding every group of rows packed (group
+/// `i0 / MR` at quads `i0·nq..`) where they are kept between blocks.
+fn blocks<'o, O: Operands>(
+    isa: Isa,
+    ops: &O,
+    scratch: &[Cell<u32>],
+    panels: Range<usize>,
     mut emit: impl Epilogue<'o>,
+    kept_rows: Option<&[Cell<u32>]>,
 ) {
     let k = ops.depth();
     let nq = k.div_ceil(4);
@@ -380,7 +419,7 @@ pub(super) fn product<'o, O: Operands>(
         return;
     }
     let (panel_buf, rest) = scratch.split_at(nb * nq * NR);
-    let row_buf = &rest[..nq * MR];
+    let scratch_rows = &rest[..nq * MR];
     let scratch_panel = |b: usize| &panel_buf[b * nq * NR..(b + 1) * nq * NR];
     let mut sums = [[0i32; NR]; NB];
     let mut mapped: [Option<&[u32]>; NB] = [None; NB];
@@ -392,6 +431,7 @@ pub(super) fn product<'o, O: Operands>(
     // for the others (where the rows are few enough for the stack).
     let mut kept = [0i32; KEPT_ROWS];
     let keep = ops.rows() <= KEPT_ROWS;
+    let summed = ops.row_sums_used();
     let mut p = panels.start;
     while p < panels.end {
         let first_block = p == panels.start;
@@ -413,7 +453,12 @@ pub(super) fn product<'o, O: Operands>(
         }
         for i0 in (0..ops.rows()).step_by(MR) {
             let direct = ops.direct_rows(i0).map(Direct);
+            let row_buf = match kept_rows {
+                Some(kept) if direct.is_none() => &kept[i0 * nq..(i0 + MR) * nq],
+                _ => scratch_rows,
+            };
             let row_sums = match &direct {
+                Some(_) if !summed => [0; MR],
                 Some(_) if keep && !first_block => core::array::from_fn(|r| kept[i0 + r]),
                 Some(d) => {
                     let sums = d.0.map(|r| row_sum(isa, r, k, !O::LANES_UNSIGNED));
@@ -422,7 +467,16 @@ pub(super) fn product<'o, O: Operands>(
                     }
                     sums
                 }
-                None => ops.pack_rows(i0, row_buf),
+                None if kept_rows.is_some() && !first_block => {
+                    core::array::from_fn(|r| kept[i0 + r])
+                }
+                None => {
+                    let sums = ops.pack_rows(i0, row_buf);
+                    if kept_rows.is_some() {
+                        kept[i0..i0 + MR].copy_from_slice(&sums);
+                    }
+                    sums
+                }
             };
             let lu = O::LANES_UNSIGNED;
             let fused = match isa {
