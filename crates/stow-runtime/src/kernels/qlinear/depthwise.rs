@@ -160,7 +160,8 @@ impl QConv {
         // and compiles to `vpmaddwd` (`pmaddwd` on the baseline) rather
         // than a 32-bit multiply.
         let plane = oh * ow;
-        if !(0..s.groups).all(|c| dom.b0(q.channel(c * plane).2).unsigned_abs() <= 32_000) {
+        let b0s = || (0..s.groups).map(|c| dom.b0(q.channel(c * plane).2));
+        if !b0s().all(|b0| b0.unsigned_abs() <= 32_000) {
             return false;
         }
         let (dx, px) = (win.dilations[2], win.pad[2] as isize);
@@ -227,6 +228,16 @@ impl QConv {
         };
         let planes = s.batch * s.groups;
         let strips = blocks::Strips::of(&g);
+        // Sixteen planes at a time four taps per instruction where the CPU
+        // can and the weights are symmetric ([`quads`]).
+        #[cfg(target_arch = "x86_64")]
+        let quads = strips.is_some()
+            && isa == Isa::Vnni
+            && quads::fits(&g)
+            && quads::cpu_has_vbmi()
+            && b0s().all(|b0| b0 == 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        let quads = false;
         // Shares of whole blocks where planes go [`blocks::LANES`] at a
         // time (a share's short last block costs a whole one).
         let unit = if strips.is_some() { blocks::LANES } else { 1 };
@@ -242,7 +253,18 @@ impl QConv {
                 out,
                 isa,
             };
-            if let Some(st) = &strips {
+            if let Some(st) = strips.as_ref().filter(|_| quads) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F, BW and VNNI (`Isa::detect`), and `quads` where
+                // it has VBMI too.
+                #[allow(unsafe_code)]
+                unsafe {
+                    quads::quads_avx512(&task, st, mine)
+                }
+                #[cfg(test)]
+                tests::QUAD_RUNS.with(|c| c.set(c.get() + 1));
+            } else if let Some(st) = &strips {
                 match isa {
                     #[cfg(target_arch = "x86_64")]
                     Isa::Vnni => {
@@ -838,5 +860,7 @@ pub(super) mod x86 {
 }
 
 mod blocks;
+#[cfg(target_arch = "x86_64")]
+mod quads;
 #[cfg(test)]
 pub(super) mod tests;

@@ -22,18 +22,18 @@ use core::ops::Range;
 pub(super) const LANES: usize = 16;
 /// Tile positions (padded input columns × rows of a strip): 32 KiB of
 /// i16 lanes, within the default worker stack (2 MiB) with room to spare.
-const IN_CAP: usize = 1024;
+pub(super) const IN_CAP: usize = 1024;
 /// Output positions of a strip: 16 KiB of i32 lanes.
-const OUT_CAP: usize = 256;
+pub(super) const OUT_CAP: usize = 256;
 
 /// How a plane's output rows are cut into strips whose padded input fits
 /// the tile.
 #[derive(Clone, Copy)]
 pub(super) struct Strips {
     /// Padded input columns a row of outputs reads (the tile's width).
-    pw: usize,
+    pub(super) pw: usize,
     /// Output rows per strip (the last may have fewer).
-    rows: usize,
+    pub(super) rows: usize,
 }
 
 impl Strips {
@@ -62,7 +62,7 @@ impl Strips {
     }
 
     /// Padded input rows a strip of `rows` output rows reads.
-    fn input_rows(g: &Geometry, rows: usize) -> usize {
+    pub(super) fn input_rows(g: &Geometry, rows: usize) -> usize {
         (rows - 1) * g.sy + (g.kh - 1) * g.dy + 1
     }
 }

@@ -93,3 +93,10 @@ std::thread_local! {
     pub(in super::super) static BLOCK_RUNS: core::cell::Cell<usize> =
         const { core::cell::Cell::new(0) };
 }
+
+std::thread_local! {
+    /// Shares the four-taps-per-instruction path ([`quads`]) ran on this
+    /// test's thread.
+    pub(in super::super) static QUAD_RUNS: core::cell::Cell<usize> =
+        const { core::cell::Cell::new(0) };
+}

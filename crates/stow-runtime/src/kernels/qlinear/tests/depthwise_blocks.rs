@@ -7,13 +7,40 @@
 //! channel scales, in shares of 1, 2 and 3 threads: the reference loops'
 //! bytes.
 
-use super::super::depthwise::tests::BLOCK_RUNS;
+use super::super::depthwise::tests::{BLOCK_RUNS, QUAD_RUNS};
 use super::*;
 
 #[test]
 fn channel_blocks_match_the_reference() {
     let before = BLOCK_RUNS.with(Cell::get);
-    let mut rng = Rng(0x0b10_c4ed_d3b7);
+    blocks_against_the_reference(0x0b10_c4ed_d3b7, 48, false);
+    // Every share of every case went through the blocks (1 + 2 + 3
+    // shares through the scratch, 2 on the stack).
+    assert_eq!(BLOCK_RUNS.with(Cell::get) - before, 48 * 8);
+}
+
+/// Symmetric weights (b's zero point 0 on the i8 side, 128 on the u8
+/// side), as quantizers make them per channel: with AVX-512 VBMI the
+/// planes go through [`super::super::depthwise::quads`], four taps per
+/// instruction, including windows of 1, 7 (two quads a row, the second
+/// short) and 2.
+#[test]
+fn quad_blocks_match_the_reference() {
+    let (quads, blocks) = (QUAD_RUNS.with(Cell::get), BLOCK_RUNS.with(Cell::get));
+    blocks_against_the_reference(0x0_9ad5_d3b7, 64, true);
+    let took = QUAD_RUNS.with(Cell::get) - quads + BLOCK_RUNS.with(Cell::get) - blocks;
+    assert_eq!(took, 64 * 8);
+    #[cfg(target_arch = "x86_64")]
+    if super::super::igemm::Isa::detect() == super::super::igemm::Isa::Vnni && std::is_x86_feature_detected!("avx512vbmi") {
+        assert_eq!(QUAD_RUNS.with(Cell::get) - quads, 64 * 8);
+    }
+}
+
+/// `cases` random depthwise convolutions through `run` (which compares
+/// every share split with the reference loops); `symmetric`: b's zero
+/// points those of symmetric weights, windows of 1 to 7.
+fn blocks_against_the_reference(seed: u64, cases: usize, symmetric: bool) {
+    let mut rng = Rng(seed);
     let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
     let edge = |rng: &mut Rng, dtype: DType| -> i64 {
         let (lo, hi) = range(dtype);
@@ -23,11 +50,14 @@ fn channel_blocks_match_the_reference() {
             _ => rng.int(lo, hi),
         }
     };
-    let cases = 48;
     for case in 0..cases {
         let (x_type, w_type) = (NARROW[case % 2], NARROW[case / 2 % 2]);
         let out = [DType::U8, DType::I8, DType::I32][case % 3];
-        let k = [3, 5][case / 4 % 2];
+        let k = if symmetric {
+            [3, 5, 3, 7, 1, 2][case / 4 % 6]
+        } else {
+            [3, 5][case / 4 % 2]
+        };
         let stride = [1, 2][case / 8 % 2];
         let size = [7, 14, 28, 9, 15, 4, 1][case % 7];
         let (h, w) = if case % 5 == 0 {
@@ -51,7 +81,13 @@ fn channel_blocks_match_the_reference() {
         let ow = (w + pl + pr - k) / stride + 1;
         let mut p = Params::random(&mut rng, x_type, w_type, out, groups);
         p.a0 = edge(&mut rng, x_type);
-        p.b0 = (0..groups).map(|_| edge(&mut rng, w_type)).collect();
+        p.b0 = (0..groups)
+            .map(|_| match (symmetric, w_type) {
+                (false, _) => edge(&mut rng, w_type),
+                (true, DType::U8) => 128,
+                (true, _) => 0,
+            })
+            .collect();
         let mut ins = vec![
             ints(
                 x_type,
@@ -88,7 +124,4 @@ fn channel_blocks_match_the_reference() {
         ];
         run("Conv", attributes, &ins, (out, &[batch, groups, oh, ow])).unwrap();
     }
-    // Every share of every case went through the blocks (1 + 2 + 3
-    // shares through the scratch, 2 on the stack).
-    assert_eq!(BLOCK_RUNS.with(Cell::get) - before, cases * 8);
 }
