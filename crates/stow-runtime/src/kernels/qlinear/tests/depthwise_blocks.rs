@@ -31,7 +31,9 @@ fn quad_blocks_match_the_reference() {
     let took = QUAD_RUNS.with(Cell::get) - quads + BLOCK_RUNS.with(Cell::get) - blocks;
     assert_eq!(took, 64 * 8);
     #[cfg(target_arch = "x86_64")]
-    if super::super::igemm::Isa::detect() == super::super::igemm::Isa::Vnni && std::is_x86_feature_detected!("avx512vbmi") {
+    if super::super::igemm::Isa::detect() == super::super::igemm::Isa::Vnni
+        && std::is_x86_feature_detected!("avx512vbmi")
+    {
         assert_eq!(QUAD_RUNS.with(Cell::get) - quads, 64 * 8);
     }
 }
