@@ -100,3 +100,10 @@ std::thread_local! {
     pub(in super::super) static QUAD_RUNS: core::cell::Cell<usize> =
         const { core::cell::Cell::new(0) };
 }
+
+std::thread_local! {
+    /// Makes the direct path take bands of rows (for timing them against
+    /// the blocks).
+    pub(in super::super) static FORCE_BANDS: core::cell::Cell<bool> =
+        const { core::cell::Cell::new(false) };
+}

@@ -7,7 +7,7 @@
 //! channel scales, in shares of 1, 2 and 3 threads: the reference loops'
 //! bytes.
 
-use super::super::depthwise::tests::{BLOCK_RUNS, QUAD_RUNS};
+use super::super::depthwise::tests::{BLOCK_RUNS, FORCE_BANDS, QUAD_RUNS};
 use super::*;
 
 #[test]
@@ -125,5 +125,140 @@ fn blocks_against_the_reference(seed: u64, cases: usize, symmetric: bool) {
             ("q_params", text(q_name(out))),
         ];
         run("Conv", attributes, &ins, (out, &[batch, groups, oh, ow])).unwrap();
+    }
+}
+
+/// Times mobilenet_v2's and efficientnet_b0's depthwise layers (int8,
+/// symmetric per-channel weights, one thread, best of 30) through the
+/// blocks and through the bands of rows, to choose between them:
+/// `cargo test --release -p stow-runtime depthwise_layer_times --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn depthwise_layer_times() {
+    use std::time::Instant;
+    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
+    let mut rng = Rng(0x71_e5d3b7);
+    // (channels, input side, window, stride)
+    let layers = [
+        (32, 112, 3, 1),
+        (96, 112, 3, 2),
+        (144, 56, 3, 1),
+        (144, 56, 3, 2),
+        (192, 28, 3, 1),
+        (192, 28, 3, 2),
+        (384, 14, 3, 1),
+        (576, 14, 3, 1),
+        (576, 14, 3, 2),
+        (960, 7, 3, 1),
+        (144, 56, 5, 2),
+        (240, 28, 5, 1),
+        (240, 28, 3, 2),
+        (480, 14, 5, 1),
+        (672, 14, 5, 1),
+        (672, 14, 5, 2),
+        (1152, 7, 5, 1),
+        (1152, 7, 3, 1),
+    ];
+    for (groups, h, k, stride) in layers {
+        let (x_type, w_type, out) = (DType::U8, DType::I8, DType::U8);
+        let pad = k / 2;
+        let oh = (h + 2 * pad - k) / stride + 1;
+        let mut p = Params::random(&mut rng, x_type, w_type, out, groups);
+        p.b0 = vec![0; groups];
+        let mut ins = vec![
+            ints(
+                x_type,
+                &[1, groups, h, h],
+                rng.narrow(x_type, groups * h * h),
+            ),
+            ints(
+                w_type,
+                &[groups, 1, k, k],
+                rng.narrow(w_type, groups * k * k),
+            ),
+        ];
+        ins.extend(
+            p.tensors(x_type, w_type, out, "")
+                .into_iter()
+                .map(|(mut t, _)| {
+                    if matches!(t.dtype, DType::U8 | DType::I8) {
+                        t.dtype = DType::I32;
+                    }
+                    t
+                }),
+        );
+        let attributes = vec![
+            ("data_format", text("NCHW")),
+            ("kernel_shape", ints_attr(&[k, k])),
+            ("strides", ints_attr(&[stride, stride])),
+            ("dilations", ints_attr(&[1, 1])),
+            ("padding", text("explicit")),
+            ("pads_before", ints_attr(&[pad, pad])),
+            ("pads_after", ints_attr(&[pad, pad])),
+            ("group", AttrValue::Int(groups as i64)),
+            ("kernel_format", text("OIHW")),
+            ("q_params", text(q_name(out))),
+        ];
+        let op = Op {
+            name: "time".into(),
+            op_type: "Conv".into(),
+            attributes: attributes
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect(),
+            inputs: vec![],
+            outputs: vec![],
+        };
+        let mut arena = vec![0u64; 1];
+        let mut place = |id: usize, dtype: DType, shape: &[usize], data: &[u8]| {
+            let at = arena.len() * 8;
+            arena.resize(arena.len() + data.len().div_ceil(8) + 1, 0);
+            bytemuck::cast_slice_mut::<u64, u8>(&mut arena)[at..at + data.len()]
+                .copy_from_slice(data);
+            Operand {
+                id: id as u32,
+                dtype,
+                shape: shape.to_vec(),
+                len: shape.iter().product(),
+                loc: Loc::Arena(at),
+            }
+        };
+        let operands: Vec<Operand<'static>> = ins
+            .iter()
+            .enumerate()
+            .map(|(i, t)| place(i, t.dtype, &t.shape, &bytes(t)))
+            .collect();
+        let n = groups * oh * oh;
+        let output = place(ins.len(), out, &[1, groups, oh, oh], &vec![0; n]);
+        let (kernel, scratch) =
+            crate::kernels::prepare(&op, &operands, std::slice::from_ref(&output)).unwrap();
+        let step = Step {
+            kernel,
+            inputs: operands,
+            outputs: vec![output],
+            scratch,
+            planned: None,
+        };
+        let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
+        let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
+        let mut times = [0f64; 2];
+        for (bands, time) in [false, true].into_iter().zip(&mut times) {
+            FORCE_BANDS.with(|c| c.set(bands));
+            *time = (0..30)
+                .map(|_| {
+                    let t = Instant::now();
+                    run_part(&step, &views, &[], 0, 1).unwrap();
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min);
+        }
+        FORCE_BANDS.with(|c| c.set(false));
+        std::println!(
+            "{groups:5} x {h:3}x{h:<3} {k}x{k}/{stride}: blocks {:8.1} us, bands {:8.1} us, bands/blocks {:.2}",
+            times[0] * 1e6,
+            times[1] * 1e6,
+            times[1] / times[0]
+        );
     }
 }
