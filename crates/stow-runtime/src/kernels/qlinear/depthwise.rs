@@ -13,7 +13,11 @@
 //! line (all of a 3×3 window's but one, at stride 1) widen it once. The
 //! loops are compiled once per instruction set (AVX-512, AVX2, the
 //! baseline) from one generic body: the baseline has no 32-bit vector
-//! multiply.
+//! multiply. Where sixteen planes' strips fit the stack tiles, planes go
+//! sixteen at a time across vector lanes instead: four taps per
+//! `vpdpbusd` with AVX-512 VNNI and VBMI and symmetric weights
+//! ([`quads`], 1.2× to 5× the bands on mobilenet's and efficientnet's
+//! layers), else widened to i16 ([`blocks`]).
 
 use super::epilogue::{self, Line};
 use super::fast::Domains;
@@ -160,7 +164,8 @@ impl QConv {
         // and compiles to `vpmaddwd` (`pmaddwd` on the baseline) rather
         // than a 32-bit multiply.
         let plane = oh * ow;
-        if !(0..s.groups).all(|c| dom.b0(q.channel(c * plane).2).unsigned_abs() <= 32_000) {
+        let b0s = || (0..s.groups).map(|c| dom.b0(q.channel(c * plane).2));
+        if !b0s().all(|b0| b0.unsigned_abs() <= 32_000) {
             return false;
         }
         let (dx, px) = (win.dilations[2], win.pad[2] as isize);
@@ -226,7 +231,23 @@ impl QConv {
             ..g
         };
         let planes = s.batch * s.groups;
-        let per = planes.div_ceil(parts.max(1));
+        let strips = blocks::Strips::of(&g);
+        #[cfg(test)]
+        let strips = strips.filter(|_| !tests::FORCE_BANDS.with(|c| c.get()));
+        // Sixteen planes at a time four taps per instruction where the CPU
+        // can and the weights are symmetric ([`quads`]).
+        #[cfg(target_arch = "x86_64")]
+        let quads = strips.is_some()
+            && isa == Isa::Vnni
+            && quads::fits(&g)
+            && quads::cpu_has_vbmi()
+            && b0s().all(|b0| b0 == 0);
+        #[cfg(not(target_arch = "x86_64"))]
+        let quads = false;
+        // Shares of whole blocks where planes go [`blocks::LANES`] at a
+        // time (a share's short last block costs a whole one).
+        let unit = if strips.is_some() { blocks::LANES } else { 1 };
+        let per = planes.div_ceil(unit).div_ceil(parts.max(1)) * unit;
         let mine = (part * per).min(planes)..((part + 1) * per).min(planes);
         crate::with_load!(x, |x| crate::with_load!(w, |w| {
             let task = Task {
@@ -238,31 +259,75 @@ impl QConv {
                 out,
                 isa,
             };
-            match isa {
+            if let Some(st) = strips.as_ref().filter(|_| quads) {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Vnni => {
-                    // SAFETY: `Isa::Vnni` is only chosen where the CPU has
-                    // AVX-512 F and BW (`Isa::detect`).
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::planes_avx512(&task, mine)
-                    }
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F, BW and VNNI (`Isa::detect`), and `quads` where
+                // it has VBMI too.
+                #[allow(unsafe_code)]
+                unsafe {
+                    quads::quads_avx512(&task, st, mine)
                 }
-                #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => {
-                    // SAFETY: `Isa::Avx2` is only chosen where the CPU has
-                    // AVX2.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        x86::planes_avx2(&task, mine)
+                #[cfg(test)]
+                tests::QUAD_RUNS.with(|c| c.set(c.get() + 1));
+            } else if let Some(st) = &strips {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Vnni => {
+                        // SAFETY: `Isa::Vnni` is only chosen where the CPU
+                        // has AVX-512 F and BW (`Isa::detect`).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            blocks::x86::blocks_avx512(&task, st, mine)
+                        }
                     }
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2 => {
+                        // SAFETY: `Isa::Avx2` is only chosen where the CPU
+                        // has AVX2.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            blocks::x86::blocks_avx2(&task, st, mine)
+                        }
+                    }
+                    _ => task.blocks(st, mine),
                 }
-                _ => task.planes(mine),
+                #[cfg(test)]
+                tests::BLOCK_RUNS.with(|c| c.set(c.get() + 1));
+            } else {
+                task.planes_on(mine)
             }
         }));
         #[cfg(test)]
         super::tests::DEPTHWISE_RUNS.with(|c| c.set(c.get() + 1));
         true
+    }
+}
+
+impl<X: Load<u8>, W: Load<u8>> Task<'_, X, W> {
+    /// [`Task::planes`] with the instruction set's copy.
+    fn planes_on(&self, mine: Range<usize>) {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni => {
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F and BW (`Isa::detect`).
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::planes_avx512(self, mine)
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                // SAFETY: `Isa::Avx2` is only chosen where the CPU has
+                // AVX2.
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::planes_avx2(self, mine)
+                }
+            }
+            _ => self.planes(mine),
+        }
     }
 }
 
@@ -695,110 +760,10 @@ fn accumulate(phases: &[i16], taps: &[(usize, i32)], sums: &mut [i32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) mod x86 {
-    use super::Task;
-    use crate::kernels::cells::Load;
-    use core::arch::x86_64::*;
-    use core::ops::Range;
+pub(super) mod x86;
 
-    /// [`super::accumulate`] with two taps per `vpdpwssd`: the two taps'
-    /// runs of 32 i16 interleaved (`vpunpck{l,h}wd`, pairs in each 128-bit
-    /// lane's order) against the pair of weights, into two accumulators of
-    /// 16 sums that one `vpermt2d` each puts back in order at the end; an
-    /// odd tap is paired with itself and a zero weight. The same sums
-    /// modulo 2³² (`vpdpwssd` wraps; each pair's product sum fits i32:
-    /// |x| ≤ 255, |w| < 2¹⁵). The run's end is taken with masked loads and
-    /// stores. `false` (nothing written) where a weight is not an i16 or a
-    /// run would leave `phases`. The caller guarantees AVX-512 F, BW and
-    /// VNNI.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(in super::super) fn accumulate_vnni(
-        phases: &[i16],
-        taps: &[(usize, i32)],
-        sums: &mut [i32],
-    ) -> bool {
-        let run = sums.len();
-        let fits = |&(at, w): &(usize, i32)| {
-            i16::try_from(w).is_ok() && at.checked_add(run).is_some_and(|e| e <= phases.len())
-        };
-        if !taps.iter().all(fits) {
-            return false;
-        }
-        // (first run, second run, weight pair) per pair of taps.
-        let mut pairs = [(0usize, 0usize, 0i32); super::TAPS.div_ceil(2)];
-        let mut n = 0;
-        for two in taps.chunks(2) {
-            let (a, wa) = two[0];
-            let (b, wb) = two.get(1).copied().unwrap_or((a, 0));
-            let word = u32::from(wa as i16 as u16) | (u32::from(wb as i16 as u16) << 16);
-            pairs[n] = (a, b, word as i32);
-            n += 1;
-        }
-        let pairs = &pairs[..n];
-        // Lane k of the low accumulator holds sums 8k..8k + 3, of the high
-        // one 8k + 4..8k + 7.
-        let first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-        let second =
-            _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-        let base = phases.as_ptr();
-        let out = sums.as_mut_ptr();
-        let mut i = 0;
-        while i < run {
-            let left = run - i;
-            let m16: __mmask32 = if left >= 32 { !0 } else { (1u32 << left) - 1 };
-            let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-            for &(a, b, w) in pairs {
-                let w = _mm512_set1_epi32(w);
-                // SAFETY: `a + i + l` and `b + i + l` for the unmasked lanes
-                // `l < left` are below `a + run` and `b + run`, inside
-                // `phases` (checked above); masked lanes are not read.
-                #[allow(unsafe_code)]
-                let (xa, xb) = unsafe {
-                    (
-                        _mm512_maskz_loadu_epi16(m16, base.add(a + i)),
-                        _mm512_maskz_loadu_epi16(m16, base.add(b + i)),
-                    )
-                };
-                lo = _mm512_dpwssd_epi32(lo, _mm512_unpacklo_epi16(xa, xb), w);
-                hi = _mm512_dpwssd_epi32(hi, _mm512_unpackhi_epi16(xa, xb), w);
-            }
-            let (s0, s1) = (
-                _mm512_permutex2var_epi32(lo, first, hi),
-                _mm512_permutex2var_epi32(lo, second, hi),
-            );
-            let m0: __mmask16 = if left >= 16 { !0 } else { (1u16 << left) - 1 };
-            // SAFETY: the unmasked lanes are sums `i..i + left.min(32)`,
-            // inside `sums`.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm512_mask_storeu_epi32(out.add(i).cast(), m0, s0);
-                if left > 16 {
-                    let m1: __mmask16 = if left >= 32 {
-                        !0
-                    } else {
-                        (1u16 << (left - 16)) - 1
-                    };
-                    _mm512_mask_storeu_epi32(out.add(i + 16).cast(), m1, s1);
-                }
-            }
-            i += 32;
-        }
-        true
-    }
-
-    /// [`Task::planes`] compiled for AVX-512; the caller guarantees
-    /// AVX-512 F and BW.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn planes_avx512<X: Load<u8>, W: Load<u8>>(t: &Task<'_, X, W>, mine: Range<usize>) {
-        t.planes(mine);
-    }
-
-    /// [`Task::planes`] compiled for AVX2; the caller guarantees AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn planes_avx2<X: Load<u8>, W: Load<u8>>(t: &Task<'_, X, W>, mine: Range<usize>) {
-        t.planes(mine);
-    }
-}
-
+mod blocks;
+#[cfg(target_arch = "x86_64")]
+mod quads;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -980,5 +980,6 @@ fn refuses_what_it_does_not_compute() {
     assert!(e.contains("one per output channel"), "{e}");
 }
 
+mod depthwise_blocks;
 mod packed;
 mod runs;

@@ -86,3 +86,24 @@ fn the_vnni_loop_declines_what_it_cannot_take() {
         assert_eq!(sums, vec![5; 30]);
     }
 }
+
+std::thread_local! {
+    /// Shares the channel-block path ([`blocks`]) ran on this test's
+    /// thread.
+    pub(in super::super) static BLOCK_RUNS: core::cell::Cell<usize> =
+        const { core::cell::Cell::new(0) };
+}
+
+std::thread_local! {
+    /// Shares the four-taps-per-instruction path ([`quads`]) ran on this
+    /// test's thread.
+    pub(in super::super) static QUAD_RUNS: core::cell::Cell<usize> =
+        const { core::cell::Cell::new(0) };
+}
+
+std::thread_local! {
+    /// Makes the direct path take bands of rows (for timing them against
+    /// the blocks).
+    pub(in super::super) static FORCE_BANDS: core::cell::Cell<bool> =
+        const { core::cell::Cell::new(false) };
+}
