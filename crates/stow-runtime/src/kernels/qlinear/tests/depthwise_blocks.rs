@@ -43,7 +43,6 @@ fn quad_blocks_match_the_reference() {
 /// points those of symmetric weights, windows of 1 to 7.
 fn blocks_against_the_reference(seed: u64, cases: usize, symmetric: bool) {
     let mut rng = Rng(seed);
-    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
     let edge = |rng: &mut Rng, dtype: DType| -> i64 {
         let (lo, hi) = range(dtype);
         match rng.int(0, 3) {
@@ -90,40 +89,14 @@ fn blocks_against_the_reference(seed: u64, cases: usize, symmetric: bool) {
                 (true, _) => 0,
             })
             .collect();
-        let mut ins = vec![
-            ints(
-                x_type,
-                &[batch, groups, h, w],
-                rng.narrow(x_type, batch * groups * h * w),
-            ),
-            ints(
-                w_type,
-                &[groups, 1, k, k],
-                rng.narrow(w_type, groups * k * k),
-            ),
-        ];
-        ins.extend(
-            p.tensors(x_type, w_type, out, "")
-                .into_iter()
-                .map(|(mut t, _)| {
-                    if matches!(t.dtype, DType::U8 | DType::I8) {
-                        t.dtype = DType::I32;
-                    }
-                    t
-                }),
+        let (ins, attributes) = depthwise_case(
+            &mut rng,
+            (x_type, w_type, out),
+            &p,
+            [batch, groups, h, w],
+            (k, stride),
+            [pt, pl, pb, pr],
         );
-        let attributes = vec![
-            ("data_format", text("NCHW")),
-            ("kernel_shape", ints_attr(&[k, k])),
-            ("strides", ints_attr(&[stride, stride])),
-            ("dilations", ints_attr(&[1, 1])),
-            ("padding", text("explicit")),
-            ("pads_before", ints_attr(&[pt, pl])),
-            ("pads_after", ints_attr(&[pb, pr])),
-            ("group", AttrValue::Int(groups as i64)),
-            ("kernel_format", text("OIHW")),
-            ("q_params", text(q_name(out))),
-        ];
         run("Conv", attributes, &ins, (out, &[batch, groups, oh, ow])).unwrap();
     }
 }
@@ -137,7 +110,6 @@ fn blocks_against_the_reference(seed: u64, cases: usize, symmetric: bool) {
 #[ignore]
 fn depthwise_layer_times() {
     use std::time::Instant;
-    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
     let mut rng = Rng(0x71_e5d3b7);
     // (channels, input side, window, stride)
     let layers = [
@@ -166,40 +138,14 @@ fn depthwise_layer_times() {
         let oh = (h + 2 * pad - k) / stride + 1;
         let mut p = Params::random(&mut rng, x_type, w_type, out, groups);
         p.b0 = vec![0; groups];
-        let mut ins = vec![
-            ints(
-                x_type,
-                &[1, groups, h, h],
-                rng.narrow(x_type, groups * h * h),
-            ),
-            ints(
-                w_type,
-                &[groups, 1, k, k],
-                rng.narrow(w_type, groups * k * k),
-            ),
-        ];
-        ins.extend(
-            p.tensors(x_type, w_type, out, "")
-                .into_iter()
-                .map(|(mut t, _)| {
-                    if matches!(t.dtype, DType::U8 | DType::I8) {
-                        t.dtype = DType::I32;
-                    }
-                    t
-                }),
+        let (ins, attributes) = depthwise_case(
+            &mut rng,
+            (x_type, w_type, out),
+            &p,
+            [1, groups, h, h],
+            (k, stride),
+            [pad; 4],
         );
-        let attributes = vec![
-            ("data_format", text("NCHW")),
-            ("kernel_shape", ints_attr(&[k, k])),
-            ("strides", ints_attr(&[stride, stride])),
-            ("dilations", ints_attr(&[1, 1])),
-            ("padding", text("explicit")),
-            ("pads_before", ints_attr(&[pad, pad])),
-            ("pads_after", ints_attr(&[pad, pad])),
-            ("group", AttrValue::Int(groups as i64)),
-            ("kernel_format", text("OIHW")),
-            ("q_params", text(q_name(out))),
-        ];
         let op = Op {
             name: "time".into(),
             op_type: "Conv".into(),
@@ -261,4 +207,54 @@ fn depthwise_layer_times() {
             times[1] / times[0]
         );
     }
+}
+
+/// The inputs (random image and kernel, then `p`'s quantization
+/// parameters, its zero points as i32) and attributes of a depthwise
+/// `Conv` of `groups` planes: image `[batch, groups, h, w]`, a `k × k`
+/// window at `stride`, pads `[top, left, bottom, right]`.
+fn depthwise_case(
+    rng: &mut Rng,
+    (x_type, w_type, out): (DType, DType, DType),
+    p: &Params,
+    [batch, groups, h, w]: [usize; 4],
+    (k, stride): (usize, usize),
+    [pt, pl, pb, pr]: [usize; 4],
+) -> (Vec<T>, Vec<(&'static str, AttrValue)>) {
+    let ints_attr = |v: &[usize]| AttrValue::Ints(v.iter().map(|&x| x as i64).collect());
+    let mut ins = vec![
+        ints(
+            x_type,
+            &[batch, groups, h, w],
+            rng.narrow(x_type, batch * groups * h * w),
+        ),
+        ints(
+            w_type,
+            &[groups, 1, k, k],
+            rng.narrow(w_type, groups * k * k),
+        ),
+    ];
+    ins.extend(
+        p.tensors(x_type, w_type, out, "")
+            .into_iter()
+            .map(|(mut t, _)| {
+                if matches!(t.dtype, DType::U8 | DType::I8) {
+                    t.dtype = DType::I32;
+                }
+                t
+            }),
+    );
+    let attributes = vec![
+        ("data_format", text("NCHW")),
+        ("kernel_shape", ints_attr(&[k, k])),
+        ("strides", ints_attr(&[stride, stride])),
+        ("dilations", ints_attr(&[1, 1])),
+        ("padding", text("explicit")),
+        ("pads_before", ints_attr(&[pt, pl])),
+        ("pads_after", ints_attr(&[pb, pr])),
+        ("group", AttrValue::Int(groups as i64)),
+        ("kernel_format", text("OIHW")),
+        ("q_params", text(q_name(out))),
+    ];
+    (ins, attributes)
 }
