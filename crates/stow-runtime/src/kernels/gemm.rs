@@ -177,6 +177,28 @@ impl<L: Load<f32>> PackA for Strided<L> {
 
 impl<L: Load<f32>> PackB for Strided<L> {
     fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() == Isa::Avx512 {
+            // SAFETY: the function only needs the CPU to have AVX-512 F,
+            // which `Isa::detect` checked at run time.
+            #[allow(unsafe_code)]
+            return unsafe { self.pack_b_avx512(p0, kc, j0, nc, dst) };
+        }
+        self.pack_b(p0, kc, j0, nc, dst)
+    }
+}
+
+impl<L: Load<f32>> Strided<L> {
+    /// [`PackB::pack`] compiled for 16-lane vectors: a panel row of
+    /// contiguous columns is one load and one store.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn pack_b_avx512(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        self.pack_b(p0, kc, j0, nc, dst)
+    }
+
+    #[inline(always)]
+    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
         for (panel, c0) in (0..nc).step_by(NR).enumerate() {
             let out = &dst[panel * kc * NR..(panel + 1) * kc * NR];
             let cols = NR.min(self.cols - (j0 + c0).min(self.cols));
