@@ -404,6 +404,10 @@ mod bytes {
         }
     }
 
+    fn is_f32<T: Ordered>() -> bool {
+        TypeId::of::<T>() == TypeId::of::<f32>()
+    }
+
     /// `m[i] = max(m[i], s[2i], s[2i+1], s[2i+2])` for the leading outputs
     /// of `m` a vector kernel covers, when `T` is `u8` or `i8` and the CPU
     /// has one; returns how many it did (the caller does the rest). `s`
@@ -411,6 +415,18 @@ mod bytes {
     /// order of the comparisons does not matter.
     pub(super) fn max3_stride2<T: Ordered>(s: impl Load<T>, m: &mut [T]) -> usize {
         let Some(signed) = byte_signedness::<T>() else {
+            #[cfg(all(target_arch = "x86_64", feature = "std"))]
+            if is_f32::<T>() && std::is_x86_feature_detected!("avx512f") {
+                assert!(s.count() > 2 * m.len());
+                // SAFETY: the CPU has AVX-512 F (checked above); `T` is
+                // `f32` (checked above), `s` holds `2 * m.len() + 1` of
+                // them (asserted), and the kernel reads and writes within
+                // those.
+                #[allow(unsafe_code)]
+                return unsafe {
+                    x86::max3_stride2_f32(s.ptr().cast(), m.as_mut_ptr().cast(), m.len())
+                };
+            }
             return 0;
         };
         assert!(s.count() > 2 * m.len());
@@ -436,10 +452,17 @@ mod bytes {
     /// `m[i] = max(m[i], v[i])` for the leading elements a vector kernel
     /// covers, as [`max3_stride2`]; returns how many.
     pub(super) fn max_into<T: Ordered>(m: &mut [T], v: &[T]) -> usize {
+        let n = m.len().min(v.len());
         let Some(signed) = byte_signedness::<T>() else {
+            #[cfg(all(target_arch = "x86_64", feature = "std"))]
+            if is_f32::<T>() && std::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512 F (checked above); `T` is
+                // `f32` (checked above) and both slices hold `n` of them.
+                #[allow(unsafe_code)]
+                return unsafe { x86::max_into_f32(v.as_ptr().cast(), m.as_mut_ptr().cast(), n) };
+            }
             return 0;
         };
-        let n = m.len().min(v.len());
         #[cfg(all(target_arch = "x86_64", feature = "std"))]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked above); `T` is one byte
@@ -462,6 +485,82 @@ mod bytes {
     #[allow(unsafe_code)]
     mod x86 {
         use core::arch::x86_64::*;
+
+        /// [`max3_stride2`] for floats, 16 outputs at a time: the even
+        /// and odd lanes of the 32 floats from `2i`, then the even lanes
+        /// of the 32 from `2i + 2`, each kept where greater, in the taps'
+        /// order. `_mm512_max_ps(v, m)` is `v` exactly where `v > m` and
+        /// `m` otherwise (NaNs and equal zeros included), the scalar
+        /// loop's rule; the overlapping last block takes maxima already
+        /// taken, which changes nothing.
+        ///
+        /// # Safety
+        /// AVX-512 F; `src` readable for `2 * n + 1` floats, `dst`
+        /// writable for `n`.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn max3_stride2_f32(src: *const f32, dst: *mut f32, n: usize) -> usize {
+            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            let block = |i: usize| {
+                // SAFETY: floats 2i .. 2i + 34 are within the `2n + 1`
+                // readable (the callers below keep 2i + 34 <= 2n + 1) and
+                // outputs i .. i + 16 within the `n` writable.
+                let p = src.add(2 * i);
+                let ld = |k: usize| _mm512_loadu_ps(p.add(k));
+                let (a, b) = (ld(0), ld(16));
+                let (c, d) = (ld(2), ld(18));
+                let dp = dst.add(i);
+                let mut m = _mm512_loadu_ps(dp);
+                m = _mm512_max_ps(_mm512_permutex2var_ps(a, even, b), m);
+                m = _mm512_max_ps(_mm512_permutex2var_ps(a, odd, b), m);
+                m = _mm512_max_ps(_mm512_permutex2var_ps(c, even, d), m);
+                _mm512_storeu_ps(dp, m);
+            };
+            // The last block reads up to float 2i + 34.
+            if 2 * 16 + 2 > 2 * n + 1 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 16 <= n && 2 * i + 34 <= 2 * n + 1 {
+                block(i);
+                i += 16;
+            }
+            if i < n {
+                let last = (n - 16).min((2 * n + 1 - 34) / 2);
+                block(last);
+                return last + 16;
+            }
+            n
+        }
+
+        /// [`max_into`] for floats, 16 at a time, the end overlapping the
+        /// block before as in [`max3_stride2_f32`].
+        ///
+        /// # Safety
+        /// AVX-512 F; `src` readable and `dst` writable for `n` floats.
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn max_into_f32(src: *const f32, dst: *mut f32, n: usize) -> usize {
+            let block = |i: usize| {
+                // SAFETY: i + 16 <= n (the callers below).
+                let d = dst.add(i);
+                _mm512_storeu_ps(
+                    d,
+                    _mm512_max_ps(_mm512_loadu_ps(src.add(i)), _mm512_loadu_ps(d)),
+                );
+            };
+            if n < 16 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 16 <= n {
+                block(i);
+                i += 16;
+            }
+            if i < n {
+                block(n - 16);
+            }
+            n
+        }
 
         /// 32 outputs at a time from the 65 bytes their windows span:
         /// in each 16-bit lane of a load from `2i`, its low byte is the
@@ -670,12 +769,12 @@ mod tests {
         }
     }
 
-    /// The byte kernel of 3-wide stride-2 rows (int8 resnets' pool) keeps
-    /// the definition's values for u8 and i8, from weights and from arena
-    /// cells, at every width around its 32-output blocks and either
+    /// The vector kernels of 3-wide stride-2 rows (resnets' pool) keep
+    /// the definition's values for u8, i8 and f32, from weights and from
+    /// arena cells, at every width around its 32-output blocks and either
     /// padding.
     #[test]
-    fn byte_pools_of_stride_two_equal_the_definition() {
+    fn pools_of_stride_two_equal_the_definition() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let mut byte = || {
             seed ^= seed << 13;
@@ -715,6 +814,27 @@ mod tests {
                 max_pool(&w, 0..2, &x[..], &got, None);
                 let vals = |v: &[Cell<i8>]| v.iter().map(Cell::get).collect::<Vec<_>>();
                 assert_eq!(vals(&got), vals(&want), "i8, width {iw}, pad {pad}");
+
+                // Floats from the same bytes, with NaNs, both zeros and
+                // −∞ among them (resnet50's fp32 pool).
+                let x: Vec<f32> = x
+                    .iter()
+                    .map(|&b| match b as u8 % 16 {
+                        0 => f32::NAN,
+                        1 => 0.0,
+                        2 => -0.0,
+                        3 => f32::NEG_INFINITY,
+                        v => v as f32 - 8.0,
+                    })
+                    .collect();
+                let want = vec![Cell::new(0f32); n];
+                max_pool_taps(&w, 0..2, &x[..], &want, None);
+                let got = vec![Cell::new(0f32); n];
+                let cells: Vec<Cell<f32>> = x.iter().copied().map(Cell::new).collect();
+                max_pool(&w, 0..2, &cells[..], &got, None);
+                let bits =
+                    |v: &[Cell<f32>]| v.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "f32, width {iw}, pad {pad}");
             }
         }
     }
