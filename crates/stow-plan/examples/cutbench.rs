@@ -39,6 +39,13 @@ fn main() {
         };
         // ROWS=1: with row inference (off by default).
         options.search.row_inference = std::env::var_os("ROWS").is_some();
+        // SEARCH_OFF=memo: without the dead-state memo.
+        for name in std::env::var("SEARCH_OFF").unwrap_or_default().split(',') {
+            match name {
+                "memo" => options.search.memo = false,
+                _ => {}
+            }
+        }
         match plan(&p, &options) {
             Ok(found) => {
                 assert!(check(&p, &found).is_ok(), "seed {seed}: checker");

@@ -778,7 +778,7 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: In
     let secs = t.elapsed().as_secs_f64();
     let p = &dfs.prunes;
     eprintln!(
-        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {} rows {}",
+        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {} rows {} memo {}",
         h.keys,
         match h.ties {
             Ties::Preorder => "",
@@ -806,6 +806,7 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: In
         p.hatless_dead,
         p.hatless_cut,
         p.rows,
+        p.memo,
     );
 }
 
@@ -1046,6 +1047,51 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The memo changes no verdict, and it is exercised: in a test build
+    /// every hit is also searched again without it and must be dead (see
+    /// `Dfs::assert_dead`), and the kept hash is checked against one
+    /// computed from scratch at every node.
+    #[test]
+    fn remembered_dead_states_change_no_verdict() {
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        let mut hits = 0;
+        for seed in 0..150u64 {
+            let p = random_problem(7000 + seed, 8 + (seed % 6) as usize);
+            let part: Vec<usize> = (0..p.buffers.len()).collect();
+            let lo = crate::lower_bound(&p);
+            for cap in [lo, lo + 1, lo + 2] {
+                let verdicts: Vec<bool> = [false, true]
+                    .into_iter()
+                    .map(|memo| {
+                        let flags = SearchOptions {
+                            memo,
+                            ..SearchOptions::default()
+                        };
+                        let mut dfs = build(&p, &part, flags);
+                        dfs.set_preorder(Heuristic {
+                            keys: ["TWA", "TAW", "WAT"][(seed % 3) as usize],
+                            ties: [Ties::Preorder, Ties::Time][(seed % 2) as usize],
+                            seed: 0,
+                            nodes: u64::MAX,
+                        });
+                        let found = match dfs.decide(cap, u64::MAX / 4, far) {
+                            Outcome::Found(_) => true,
+                            Outcome::Infeasible(_) => false,
+                            Outcome::Limit => panic!("no limit was set"),
+                        };
+                        hits += dfs.prunes.memo;
+                        found
+                    })
+                    .collect();
+                assert_eq!(verdicts[0], verdicts[1], "seed {seed}, cap {cap}");
+            }
+        }
+        assert!(
+            hits > 0,
+            "no state was found twice: the memo was not exercised"
+        );
     }
 
     #[test]
