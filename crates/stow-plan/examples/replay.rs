@@ -74,7 +74,6 @@ fn main() {
                 "hatless" => f.hatless = false,
                 "time_ties" => f.time_ties = false,
                 "memo" => f.memo = false,
-                "windows" => f.windows = false,
                 _ => {}
             }
         }
@@ -83,7 +82,6 @@ fn main() {
             match name {
                 "row_inference" => options.search.row_inference = true,
                 "memo" => options.search.memo = true,
-                "windows" => options.search.windows = true,
                 _ => {}
             }
         }

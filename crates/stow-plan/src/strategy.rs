@@ -145,13 +145,6 @@ pub struct SearchOptions {
     /// the cut rectangles, where keeping the hash costs a fifth of a
     /// node's time (BENCHMARKS.md, "Remembered dead states").
     pub memo: bool,
-    /// Window lookahead under lifetimes (an experiment, off by default):
-    /// after each placement, the unplaced buffers sharing a section with
-    /// the placed one (`WIN_GROW` times widened to their lifetimes),
-    /// clipped to those sections, must fit above their min offsets on
-    /// their own; a small search decides (`WIN_NODES` nodes per buffer)
-    /// and verdicts are remembered by the window's state.
-    pub windows: bool,
 }
 
 impl SearchOptions {
@@ -169,7 +162,6 @@ impl SearchOptions {
         time_ties: true,
         row_inference: true,
         memo: true,
-        windows: true,
     };
 
     /// What [`SearchOptions::default`] gives: every technique on but row
@@ -177,7 +169,6 @@ impl SearchOptions {
     pub const DEFAULT: SearchOptions = SearchOptions {
         row_inference: false,
         memo: false,
-        windows: false,
         ..SearchOptions::ALL_ON
     };
 
@@ -194,12 +185,11 @@ impl SearchOptions {
         time_ties: false,
         row_inference: false,
         memo: false,
-        windows: false,
     };
 
-    /// All 4,096 combinations of the switches.
+    /// All 2,048 combinations of the switches.
     pub fn combinations() -> impl Iterator<Item = SearchOptions> {
-        (0u32..4096).map(|m| SearchOptions {
+        (0u32..2048).map(|m| SearchOptions {
             canonical: m & 1 != 0,
             section_inference: m & 2 != 0,
             monotonic_floor: m & 4 != 0,
@@ -211,7 +201,6 @@ impl SearchOptions {
             time_ties: m & 256 != 0,
             row_inference: m & 512 != 0,
             memo: m & 1024 != 0,
-            windows: m & 2048 != 0,
         })
     }
 }

@@ -778,7 +778,7 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: In
     let secs = t.elapsed().as_secs_f64();
     let p = &dfs.prunes;
     eprintln!(
-        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {} rows {} memo {} windows {} ({} checks: {} dead, {} limit; {} nodes)",
+        "decide {}{}{} bufs {} cap {cap} limit {} -> {} nodes {nodes} ({:.0}/s) | depth max {} dead min {} mean {:.1} | canon {} dom {} cap {} infer {} level {} ties {} hatless {} / {} rows {} memo {}",
         h.keys,
         match h.ties {
             Ties::Preorder => "",
@@ -807,11 +807,6 @@ fn trace(dfs: &Dfs, h: Heuristic, cap: u64, outcome: &Outcome, nodes: u64, t: In
         p.hatless_cut,
         p.rows,
         p.memo,
-        p.windows,
-        dfs.windows.runs,
-        dfs.windows.dead,
-        dfs.windows.limit,
-        dfs.windows.nodes,
     );
 }
 

@@ -7,7 +7,6 @@ use super::gate::Gate;
 mod memo;
 mod rows;
 mod sections;
-mod window;
 use super::{Heuristic, SearchOptions, Ties};
 use crate::index::up;
 use std::sync::Arc;
@@ -116,8 +115,6 @@ pub(super) struct Dfs {
     /// Is `hash` kept (the memo is on)? Keeping it costs a fifth of the
     /// time of a node where the memo finds nothing to reuse.
     hashing: bool,
-    /// The window checks' scratch and verdicts (see [`window`]).
-    pub windows: window::Windows,
 }
 
 /// A run's place in the lockstep: its slice of `nodes` nodes, the node
@@ -148,9 +145,6 @@ pub(super) struct Prunes {
     pub rows: u64,
     /// Nodes not searched again: their state was exhausted before.
     pub memo: u64,
-    /// Children cut because the window above the placed buffer cannot be
-    /// filled on its own.
-    pub windows: u64,
     pub max_depth: u32,
     /// Sum and count of depths of exhausted nodes.
     pub dead: u64,
@@ -258,7 +252,6 @@ impl Dfs {
             outside: 0,
             dead: memo::Dead::default(),
             hashing: false,
-            windows: window::Windows::default(),
         }
     }
 
@@ -560,15 +553,6 @@ impl Dfs {
                 self.prunes.rows += 1;
                 self.overflow = self.overflow.min(self.cap + 1);
                 Flow::NotFound
-            } else if self.flags.windows
-                && self.depth <= window_depth()
-                && !self.window_fillable(i, off, range)
-            {
-                self.prunes.windows += 1;
-                self.overflow = self.overflow.min(self.cap + 1);
-                #[cfg(test)]
-                self.assert_dead(bufs, range, off, self.tie[i]);
-                Flow::NotFound
             } else if self.flags.decompose && !cutpoints.is_empty() {
                 self.split(bufs, range, &mut cutpoints)
             } else {
@@ -610,7 +594,6 @@ impl Dfs {
         let mut plain = self.clone();
         plain.flags.memo = false;
         plain.hashing = false;
-        plain.flags.windows = false;
         plain.gate = None;
         plain.node_limit = u64::MAX;
         plain.deadline = Instant::now() + std::time::Duration::from_secs(3600);
@@ -785,15 +768,4 @@ impl SplitMix {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         (z ^ (z >> 31)) % n.max(1)
     }
-}
-
-/// `WIN_DEPTH=N`: window checks only down to depth N (experiment).
-fn window_depth() -> u32 {
-    static D: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *D.get_or_init(|| {
-        std::env::var("WIN_DEPTH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u32::MAX)
-    })
 }
