@@ -2,7 +2,7 @@
 //! within a node limit: `cargo run --release -p stow-plan --features testing
 //! --example cutbench -- GRID SEEDS DROP NODES [FIRST_SEED]` (pieces 4–16
 //! high, 3–16 steps long on a GRID × GRID rectangle, as in `tests/hard.rs`;
-//! `ROWS=1` turns row inference on).
+//! `ROWS=1` turns row inference on, `MEMO=1` the memo of dead states).
 
 use std::time::{Duration, Instant};
 use stow_plan::testing::{cut_arena, CutProfile};
@@ -39,6 +39,8 @@ fn main() {
         };
         // ROWS=1: with row inference (off by default).
         options.search.row_inference = std::env::var_os("ROWS").is_some();
+        // MEMO=1: with the memo of dead states (off by default).
+        options.search.memo = std::env::var_os("MEMO").is_some();
         match plan(&p, &options) {
             Ok(found) => {
                 assert!(check(&p, &found).is_ok(), "seed {seed}: checker");

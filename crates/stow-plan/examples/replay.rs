@@ -73,13 +73,16 @@ fn main() {
                 "dynamic_ordering" => f.dynamic_ordering = false,
                 "hatless" => f.hatless = false,
                 "time_ties" => f.time_ties = false,
+                "memo" => f.memo = false,
                 _ => {}
             }
         }
         // SEARCH_ON=row_inference turns on a technique that is off by default.
         for name in std::env::var("SEARCH_ON").unwrap_or_default().split(',') {
-            if name == "row_inference" {
-                options.search.row_inference = true;
+            match name {
+                "row_inference" => options.search.row_inference = true,
+                "memo" => options.search.memo = true,
+                _ => {}
             }
         }
         let t = Instant::now();

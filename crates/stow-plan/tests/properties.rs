@@ -201,7 +201,7 @@ proptest! {
 
     #[test]
     fn every_search_switch_combination_finds_the_same_optimum(
-        seed in any::<u64>(), n in 1usize..9, explicit in any::<bool>(), mask in 0u32..1024,
+        seed in any::<u64>(), n in 1usize..9, explicit in any::<bool>(), mask in 0u32..2048,
     ) {
         let p = unpinned(if explicit {
             random_explicit(seed, n, 50, 60)

@@ -4,6 +4,7 @@
 
 use super::gate::Gate;
 
+mod memo;
 mod rows;
 mod sections;
 use super::{Heuristic, SearchOptions, Ties};
@@ -103,6 +104,17 @@ pub(super) struct Dfs {
     row_reach: Vec<u32>,
     row_stamp: u32,
     row_full: Vec<u32>,
+    /// Hash of every unplaced buffer of the part with its min offset (see
+    /// [`memo`]), kept up to date by `place` and `undo_to`.
+    hash: u128,
+    /// The same over the unplaced buffers outside the part the current
+    /// node searches (after a split): they do not change under it.
+    outside: u128,
+    /// Keys of exhausted nodes of this decision run.
+    dead: memo::Dead,
+    /// Is `hash` kept (the memo is on)? Keeping it costs a fifth of the
+    /// time of a node where the memo finds nothing to reuse.
+    hashing: bool,
 }
 
 /// A run's place in the lockstep: its slice of `nodes` nodes, the node
@@ -131,6 +143,8 @@ pub(super) struct Prunes {
     /// Nodes cut because the current row's full sections cannot all get a
     /// buffer at the current offset.
     pub rows: u64,
+    /// Nodes not searched again: their state was exhausted before.
+    pub memo: u64,
     pub max_depth: u32,
     /// Sum and count of depths of exhausted nodes.
     pub dead: u64,
@@ -234,6 +248,10 @@ impl Dfs {
             row_reach: Vec::new(),
             row_stamp: 0,
             row_full: Vec::new(),
+            hash: 0,
+            outside: 0,
+            dead: memo::Dead::default(),
+            hashing: false,
         }
     }
 
@@ -307,6 +325,14 @@ impl Dfs {
         };
         let all: Vec<u32> = (0..self.size.len() as u32).collect();
         let range = (0, self.sections.len() as u32);
+        self.hashing = self.memo_on();
+        self.hash = if self.hashing {
+            self.unplaced_hash(all.iter().copied())
+        } else {
+            0
+        };
+        self.outside = 0;
+        self.dead.clear();
         let outcome = match self.dfs(&all, range, 0, 0) {
             Flow::Found => Outcome::Found(self.offset.clone()),
             Flow::NotFound => Outcome::Infeasible(self.overflow),
@@ -330,6 +356,17 @@ impl Dfs {
                     return Flow::Limit;
                 }
                 g.next = self.nodes + g.nodes;
+            }
+        }
+        let key = self.hashing.then(|| self.state_key(bufs, range, cur, last));
+        if let Some(key) = key {
+            if self.dead.contains(key) {
+                self.prunes.memo += 1;
+                // Every layout below this node is above the cap.
+                self.overflow = self.overflow.min(self.cap + 1);
+                #[cfg(test)]
+                self.assert_dead(bufs, range, cur, last);
+                return Flow::NotFound;
             }
         }
         self.nodes += 1;
@@ -543,8 +580,27 @@ impl Dfs {
                 stranded = Some((off, self.tie[i]));
             }
         }
+        if let Some(key) = key {
+            self.dead.insert(key);
+        }
         self.note_dead();
         Flow::NotFound
+    }
+
+    /// A unit-test build's check of every hit of the memo: the node, searched
+    /// again from scratch without it (and without a node limit), is dead.
+    #[cfg(test)]
+    fn assert_dead(&self, bufs: &[u32], range: (u32, u32), cur: u64, last: u32) {
+        let mut plain = self.clone();
+        plain.flags.memo = false;
+        plain.hashing = false;
+        plain.gate = None;
+        plain.node_limit = u64::MAX;
+        plain.deadline = Instant::now() + std::time::Duration::from_secs(3600);
+        assert!(
+            plain.dfs(bufs, range, cur, last) == Flow::NotFound,
+            "a remembered dead state has a layout below it"
+        );
     }
 
     /// Where section `s` is in buffer `j`'s list of sections (which holds
@@ -588,21 +644,32 @@ impl Dfs {
                 subs[k].push(i);
             }
         }
+        let outer = self.outside;
         for (k, sub) in subs.iter().enumerate() {
             if sub.is_empty() {
                 continue;
             }
+            // The other sides do not change under this one: a side's
+            // buffers conflict with no unplaced buffer of another.
+            if self.hashing {
+                self.outside = self.hash ^ self.unplaced_hash(sub.iter().copied());
+            }
             let flow = self.dfs(sub, (bounds[k], bounds[k + 1]), 0, 0);
             if flow != Flow::Found {
+                self.outside = outer;
                 return flow;
             }
         }
+        self.outside = outer;
         Flow::Found
     }
 
     fn place(&mut self, i: usize, off: u64, range: (u32, u32), cutpoints: &mut Vec<u32>) {
         self.trail.push(Change::Place(i as u32));
         self.placed[i] = true;
+        if self.hashing {
+            self.hash ^= memo::piece(i as u32, self.min_off[i]);
+        }
         self.offset[i] = off;
         let top = off + self.size[i];
         for k in 0..self.of[i].len() {
@@ -645,6 +712,9 @@ impl Dfs {
             let m = if a == 1 { top } else { up(top, a) };
             if self.min_off[u] < m {
                 self.trail.push(Change::Min(u as u32, self.min_off[u]));
+                if self.hashing {
+                    self.hash ^= memo::piece(u as u32, self.min_off[u]) ^ memo::piece(u as u32, m);
+                }
                 self.min_off[u] = m;
             }
         }
@@ -653,11 +723,19 @@ impl Dfs {
     fn undo_to(&mut self, mark: usize) {
         while self.trail.len() > mark {
             match self.trail.pop().expect("length checked") {
-                Change::Min(u, v) => self.min_off[u as usize] = v,
+                Change::Min(u, v) => {
+                    if self.hashing {
+                        self.hash ^= memo::piece(u, self.min_off[u as usize]) ^ memo::piece(u, v);
+                    }
+                    self.min_off[u as usize] = v;
+                }
                 Change::Floor(s, v) => self.floor[s as usize] = v,
                 Change::Place(i) => {
                     let i = i as usize;
                     self.placed[i] = false;
+                    if self.hashing {
+                        self.hash ^= memo::piece(i as u32, self.min_off[i]);
+                    }
                     if self.flags.hatless {
                         for &u in &self.adj[i] {
                             self.free_nbrs[u as usize] += 1;
