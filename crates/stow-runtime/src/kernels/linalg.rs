@@ -594,6 +594,84 @@ mod tests {
     /// the definition across strides, dilations, asymmetric padding, 1-d,
     /// 2-d and 3-d windows, groups, batches, output rows narrower and
     /// wider than a panel, and thread shares.
+    /// Random 2-d geometries, rows up to 80 wide (several 16-lane
+    /// panels per row and runs split at row ends), strides 1 to 3 (the
+    /// stride-2 runs' masked loads at both paddings), dilations and
+    /// asymmetric paddings: the packed product gives the definition.
+    #[test]
+    fn random_geometries_match_the_definition() {
+        let mut seed = 0x5851_f42d_4c95_7f2du64;
+        let mut below = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut tried = 0;
+        while tried < 150 {
+            let input = [1, 1 + below(9), 1 + below(80)];
+            let kernel = [1, 1 + below(5), 1 + below(7)];
+            let strides = [1, 1 + below(3), 1 + below(3)];
+            let dilations = [1, 1 + below(2), 1 + below(2)];
+            let pad = [0, below(kernel[1] + 1), below(kernel[2] + 1)];
+            let pad_after = [0, below(kernel[1] + 1), below(kernel[2] + 1)];
+            let Some(output) = (0..3)
+                .map(|a| {
+                    (input[a] + pad[a] + pad_after[a])
+                        .checked_sub(dilations[a] * (kernel[a] - 1) + 1)
+                        .map(|e| e / strides[a] + 1)
+                })
+                .collect::<Option<Vec<usize>>>()
+            else {
+                continue;
+            };
+            tried += 1;
+            let (ipg, opg) = (1 + below(4), 1 + below(13));
+            let s = ConvShape {
+                batch: 1,
+                groups: 1,
+                in_per_group: ipg,
+                out_per_group: opg,
+                window: Window {
+                    planes: ipg,
+                    input,
+                    output: [output[0], output[1], output[2]],
+                    kernel,
+                    strides,
+                    dilations,
+                    pad,
+                    pad_after,
+                },
+            };
+            let plane: usize = input.iter().product();
+            let x: Vec<f32> = (0..ipg * plane).map(|i| value(i, 4)).collect();
+            let weight: Vec<f32> = (0..opg * s.k()).map(|i| value(i, 5)).collect();
+            let bias: Vec<f32> = (0..opg).map(|i| value(i, 6)).collect();
+            let want = naive(&s, &x, &weight, &bias);
+            let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+            let scratch: Vec<Cell<f32>> = (0..s.scratch_elems()).map(|_| Cell::new(0.0)).collect();
+            conv(
+                &s,
+                None,
+                Src::Weight(&x),
+                Src::Weight(&weight),
+                Some(Src::Weight(&bias)),
+                &out,
+                Finish::Keep,
+                &scratch,
+                (0, 1),
+            );
+            for (i, (o, w)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    (o.get() - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "{:?}: output {i} is {} not {w}",
+                    s.window,
+                    o.get()
+                );
+            }
+        }
+    }
+
     #[test]
     fn matches_the_definition() {
         // (input, kernel, strides, dilations, pad, pad_after, groups,
