@@ -211,9 +211,9 @@ pub trait PanelQuads: Copy {
     /// The first `n` quads.
     fn first(self, n: usize) -> Self;
     /// Quads held.
-    fn len(self) -> usize;
+    fn quads(self) -> usize;
     /// The first quad's address, for the kernels' loops, which check
-    /// [`PanelQuads::len`] once up front (no quad is written while a
+    /// [`PanelQuads::quads`] once up front (no quad is written while a
     /// kernel reads them).
     fn ptr(self) -> *const u32;
 }
@@ -232,7 +232,7 @@ impl PanelQuads for &[Cell<u32>] {
         &self[..n]
     }
     #[inline(always)]
-    fn len(self) -> usize {
+    fn quads(self) -> usize {
         <[Cell<u32>]>::len(self)
     }
     #[inline(always)]
@@ -256,7 +256,7 @@ impl PanelQuads for &[u32] {
         &self[..n]
     }
     #[inline(always)]
-    fn len(self) -> usize {
+    fn quads(self) -> usize {
         <[u32]>::len(self)
     }
     #[inline(always)]

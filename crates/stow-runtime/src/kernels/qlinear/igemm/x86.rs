@@ -105,7 +105,7 @@ pub(super) fn sums_vnni<
     // of the loop's instructions.
     let nq = panels
         .iter()
-        .fold(nq.min(rows.quads()), |n, p| n.min(p.len() / NR));
+        .fold(nq.min(rows.quads()), |n, p| n.min(p.quads() / NR));
     if M > rows.count() {
         debug_assert!(false, "tile of more rows than given");
         return acc;
