@@ -324,9 +324,23 @@ pub struct Formula {
     bounds: (f32, f32),
 }
 
+/// `x` rounded half to even, for `|x| <= 2²²` (or NaN, kept): the sum
+/// with 1.5·2²³ lies where f32 holds only integers, so the addition
+/// rounds (half to even, the default rounding) and the subtraction is
+/// exact.
+#[inline(always)]
+fn small_round_even(x: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5·2²³
+    (x + SHIFT) - SHIFT
+}
+
+/// Bounds [`small_round_even`] rounds within.
+const SMALL: f32 = 4_194_304.0; // 2²²
+
 impl Formula {
     /// The formula of `combine` with a's, b's and the output's (scale,
-    /// zero point), and the output type's range.
+    /// zero point), and the output type's range (integers within ±2²²:
+    /// a byte type's).
     pub fn new(
         combine: Combine,
         (sa, za): (f32, f32),
@@ -341,6 +355,10 @@ impl Formula {
             }
             Combine::Mul => (sa * sb / sc, 0.0, zc),
         };
+        debug_assert!(
+            bounds.0.abs() <= SMALL && bounds.1.abs() <= SMALL,
+            "bounds past exact rounding"
+        );
         Formula {
             combine,
             ra,
@@ -348,7 +366,7 @@ impl Formula {
             constant,
             za,
             zb,
-            bounds,
+            bounds: (bounds.0.max(-SMALL), bounds.1.min(SMALL)),
         }
     }
 
@@ -406,7 +424,13 @@ impl Formula {
             Combine::Add => Float::mul_add(xa, self.ra, Float::mul_add(xb, self.rb, self.constant)),
             Combine::Mul => (xa - self.za) * (xb - self.zb) * self.ra + self.constant,
         };
-        super::quant::round_even(v).clamp(self.bounds.0, self.bounds.1)
+        // Clamped first, then rounded: the bounds are integers (a byte
+        // type's range), which rounding keeps, and rounding is monotone,
+        // so the order gives the same value (NaN stays NaN). Within
+        // ±2²² a value is rounded half to even by adding and taking away
+        // 1.5·2²³ in f32, which vectorises where the general rounding
+        // went through f64 (half the element-wise add's instructions).
+        small_round_even(v.clamp(self.bounds.0, self.bounds.1))
     }
 }
 
@@ -807,6 +831,63 @@ mod tests {
         assert_eq!(add.one(1.0, 3.0), 0.0);
         assert_eq!(add.with_b(3.0).one(15.0, 3.0), 6.0);
         assert_eq!(add.with_a(15.0).one(15.0, 3.0), 6.0);
+    }
+
+    /// Clamping before rounding in f32 gives what rounding half to even
+    /// (through f64) then clamping gave: every ±0.5 tie around the byte
+    /// ranges, random values within ±2²², and every pair of u8 inputs of
+    /// random additions and products, per-element and broadcast.
+    #[test]
+    fn rounding_after_the_clamp_is_rounding_before_it() {
+        use super::super::quant::round_even;
+        for n in -600..600 {
+            for x in [n as f32 / 2.0, n as f32 / 2.0 + 0.25, n as f32 * 0.3] {
+                assert_eq!(small_round_even(x), round_even(x), "{x}");
+            }
+        }
+        let mut seed = 0x2545_f491_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for _ in 0..100_000 {
+            let x = (next() as i32 as f32) / 512.0; // within ±2²²
+            assert_eq!(small_round_even(x), round_even(x), "{x}");
+        }
+        let old = |f: &Formula, xa: f32, xb: f32| {
+            let v = match f.combine {
+                Combine::Add => Float::mul_add(xa, f.ra, Float::mul_add(xb, f.rb, f.constant)),
+                Combine::Mul => (xa - f.za) * (xb - f.zb) * f.ra + f.constant,
+            };
+            round_even(v).clamp(f.bounds.0, f.bounds.1)
+        };
+        for case in 0..24 {
+            let scale = |r: u32| 1e-3 + (r % 1000) as f32 * 1.7e-4;
+            let zero = |r: u32| (r % 256) as f32;
+            let (sa, sb, sc) = (scale(next()), scale(next()), scale(next()) / 4.0);
+            let (za, zb, zc) = (zero(next()), zero(next()), zero(next()));
+            let combine = if case % 2 == 0 {
+                Combine::Add
+            } else {
+                Combine::Mul
+            };
+            let bounds = if case % 4 < 2 {
+                (0.0, 255.0)
+            } else {
+                (-128.0, 127.0)
+            };
+            let f = Formula::new(combine, (sa, za), (sb, zb), (sc, zc), bounds);
+            for xa in 0..=255u8 {
+                let g = f.with_a(xa.into());
+                for xb in 0..=255u8 {
+                    let (xa, xb) = (f32::from(xa), f32::from(xb));
+                    assert_eq!(f.one(xa, xb), old(&f, xa, xb), "case {case}: {xa} {xb}");
+                    assert_eq!(g.one(xa, xb), old(&g, xa, xb), "case {case}: {xa} {xb}");
+                }
+            }
+        }
     }
 
     /// Every instruction set's rows give each element's scalar formula:

@@ -47,6 +47,15 @@ pub(super) struct Line {
 }
 
 impl Line {
+    /// A placeholder before a row's line is known.
+    pub const ZERO: Line = Line {
+        m: 0,
+        c: 0,
+        scale: 0.0,
+        zero: 0,
+        range: (0, 0),
+    };
+
     /// Output `l` of a row, the reference's way.
     #[inline]
     fn scalar(&self, raw: i32, lane_sum: i32) -> i32 {

@@ -84,15 +84,6 @@ fn folded(row_sum: i32, k: usize, x: i32, m: i32) -> i32 {
         .wrapping_sub(x.wrapping_mul(row_sum))
 }
 
-/// A placeholder before the first row's line is known.
-const LINE0: Line = Line {
-    m: 0,
-    c: 0,
-    scale: 0.0,
-    zero: 0,
-    range: (0, 0),
-};
-
 /// Rows whose lines a call keeps ([`RowLines`]): 32 KiB of stack.
 const CACHED_ROWS: usize = 1024;
 
@@ -109,9 +100,14 @@ struct RowLines {
 impl RowLines {
     fn new() -> RowLines {
         RowLines {
-            lines: [(0, LINE0); CACHED_ROWS],
+            lines: [(0, Line::ZERO); CACHED_ROWS],
             known: [false; CACHED_ROWS / MR],
         }
+    }
+
+    /// Forgets every line, for another product.
+    fn clear(&mut self) {
+        self.known = [false; CACHED_ROWS / MR];
     }
 
     /// The lines of rows `i0..i0 + rows` (`i0` a multiple of [`MR`]),
@@ -121,21 +117,38 @@ impl RowLines {
         &mut self,
         i0: usize,
         rows: usize,
-        mut line: impl FnMut(usize) -> (usize, Line),
+        line: impl FnMut(usize) -> (usize, Line),
     ) -> [(usize, Line); MR] {
+        let mut out = [(0, Line::ZERO); MR];
+        self.of_into(i0, rows, line, &mut out);
+        out
+    }
+
+    /// [`RowLines::of`] written into `out`.
+    #[inline]
+    fn of_into(
+        &mut self,
+        i0: usize,
+        rows: usize,
+        mut line: impl FnMut(usize) -> (usize, Line),
+        out: &mut [(usize, Line); MR],
+    ) {
         let g = i0 / MR;
-        if g < self.known.len() && self.known[g] {
-            return core::array::from_fn(|r| self.lines[i0 + r]);
+        if let Some(kept) = self.lines.get(i0..i0 + MR).filter(|_| self.known[g]) {
+            out.copy_from_slice(kept);
+            return;
         }
-        let mut out = [(0, LINE0); MR];
-        for (r, o) in out.iter_mut().enumerate().take(rows) {
-            *o = line(i0 + r);
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = if r < rows {
+                line(i0 + r)
+            } else {
+                (0, Line::ZERO)
+            };
         }
-        if g < self.known.len() {
-            self.lines[i0..i0 + MR].copy_from_slice(&out);
+        if let Some(kept) = self.lines.get_mut(i0..i0 + MR) {
+            kept.copy_from_slice(out);
             self.known[g] = true;
         }
-        out
     }
 }
 
@@ -151,7 +164,9 @@ struct Sink<'r, 'o, F, G> {
     /// Rows and lanes of the product.
     rows: usize,
     lanes: usize,
-    lines: RowLines,
+    /// Borrowed, not owned: the sink is moved into the product by value,
+    /// and 32 KiB of lines with it were copied on every call.
+    lines: &'r mut RowLines,
     line: Option<F>,
     other: G,
 }
@@ -170,10 +185,16 @@ impl<F: FnMut(usize, i32) -> (usize, Line), G> Sink<'_, '_, F, G> {
 impl<'o, F: FnMut(usize, i32) -> (usize, Line), G: FnMut(Done<'_>)> Epilogue<'o>
     for Sink<'_, 'o, F, G>
 {
-    fn rows(&mut self, i0: usize, row_sums: &[i32; MR]) -> Option<Rows<'o>> {
-        let out = epilogue::bytes(self.out)?;
-        let (lines, count) = self.lines(i0, row_sums)?;
-        Some(Rows { out, lines, count })
+    fn rows(&mut self, i0: usize, row_sums: &[i32; MR], to: &mut Rows<'o>) -> bool {
+        let (Some(out), Some(line)) = (epilogue::bytes(self.out), self.line.as_mut()) else {
+            return false;
+        };
+        let count = MR.min(self.rows - i0);
+        self.lines
+            .of_into(i0, count, |i| line(i, row_sums[i - i0]), &mut to.lines);
+        to.out = out;
+        to.count = count;
+        true
     }
 
     #[inline]
@@ -255,6 +276,20 @@ fn pack_row<'d, L: Load<u8>>(
         cell.set(u32::from_le_bytes(bytes));
     }
     sum
+}
+
+/// The sums of `rows` rows of `k` bytes of `w`, each byte as i8 (what
+/// the kernels read for rows in place), or `None` if `w` is short.
+pub(super) fn kernel_row_sums(w: &[u8], k: usize, rows: usize) -> Option<Vec<i32>> {
+    let w = w.get(..rows.checked_mul(k)?)?;
+    Some(
+        w.chunks_exact(k)
+            .map(|row| {
+                row.iter()
+                    .fold(0i32, |s, &v| s.wrapping_add(i32::from(v as i8)))
+            })
+            .collect(),
+    )
 }
 
 /// Shares of `panels` panels: thread `part` of `parts` takes consecutive
@@ -422,6 +457,27 @@ impl Plan {
         scratch_floats(self.k, self.lanes.len())
     }
 
+    /// Each row's sum of b's bytes as i8, where the rows are b's, read in
+    /// place ([`Operands::direct_rows`]: contiguous, in whole quads) in
+    /// a single batch; `None` otherwise or if `b` is short.
+    pub(super) fn weight_row_sums(&self, b: &[u8]) -> Option<Vec<i32>> {
+        let k = self.k;
+        let contiguous = self.k_strides[1] == 1 || k == 1;
+        if !self.lanes_are_a || self.batches.len() != 1 || !contiguous || !k.is_multiple_of(4) {
+            return None;
+        }
+        (0..self.rows.len())
+            .map(|i| {
+                let at = self.rows.offset(1, i);
+                let row = b.get(at..at.checked_add(k)?)?;
+                Some(
+                    row.iter()
+                        .fold(0i32, |s, &v| s.wrapping_add(i32::from(v as i8))),
+                )
+            })
+            .collect()
+    }
+
     /// The layout in which b (of `b_len` elements) can be stored as the
     /// lanes' panels: where b gives the lanes along at most one axis
     /// longer than one, in a single batch, and its `k × n` elements are
@@ -462,6 +518,9 @@ struct ProductOps<'p, L, R, const LANES_A: bool> {
     /// That weight as quads, where the mapping holds it aligned and its
     /// full panels are what the kernels read (a depth in whole quads).
     mapped: Option<&'p [u32]>,
+    /// R's row sums taken at setup, where R is the mapped weight b
+    /// ([`Plan::weight_row_sums`]).
+    row_sums: Option<&'p [i32]>,
 }
 
 impl<'p, L, R, const LANES_A: bool> ProductOps<'p, L, R, LANES_A> {
@@ -584,6 +643,11 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
     where
         Self: 's;
 
+    fn direct_row_sums(&self, i0: usize) -> Option<[i32; MR]> {
+        let sums = self.row_sums?.get(i0..i0.checked_add(MR)?)?;
+        Some(core::array::from_fn(|r| sums[r]))
+    }
+
     /// R's rows in place where its bytes need no flip, its depth is
     /// contiguous (stride 1) and in whole quads.
     fn direct_rows(&self, i0: usize) -> Option<[R; MR]> {
@@ -666,8 +730,15 @@ impl QProduct {
             }
             _ => None,
         };
+        // Only for the weight they were taken from.
+        let row_sums = match (&self.row_sums, b) {
+            (Some(r), Src::Weight(_)) if r.len() == plan.rows.len() => Some(&r[..]),
+            _ => None,
+        };
+        let mut lines = RowLines::new();
         crate::with_load!(a, |a| crate::with_load!(b, |b| {
             for batch in 0..plan.batches.len() {
+                lines.clear();
                 let base = |t: usize| plan.batches.offset(t, batch);
                 let out_base = base(2);
                 // With one channel per row, the rows' lines are looked
@@ -709,7 +780,7 @@ impl QProduct {
                     out,
                     rows: plan.rows.len(),
                     lanes: n,
-                    lines: RowLines::new(),
+                    lines: &mut lines,
                     line: plan.row_channels.then_some(line),
                     other,
                 };
@@ -723,6 +794,7 @@ impl QProduct {
                         dom,
                         weight: None,
                         mapped: None,
+                        row_sums,
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 } else {
@@ -735,6 +807,7 @@ impl QProduct {
                         dom,
                         weight,
                         mapped,
+                        row_sums: None,
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 }

@@ -48,9 +48,13 @@ use core::ops::Range;
 
 mod fused;
 pub(super) mod lines;
+mod narrow;
+mod portable;
 mod rows;
 pub(super) use fused::{Epilogue, Rows};
-use rows::{rows_of, Packed, RowQuads, Two};
+use narrow::Columns;
+use portable::tile_portable;
+use rows::{rows_of, Packed, RowQuads, RowsOf, Strided, Two};
 
 /// Lanes of a panel: output columns a tile computes together (one
 /// AVX-512 register of i32).
@@ -177,6 +181,12 @@ pub trait Operands {
     fn direct_rows(&self, _i0: usize) -> Option<[Self::Row<'_>; MR]> {
         None
     }
+    /// The sums of rows `i0..i0 + MR` read in place, as
+    /// [`Operands::direct_rows`] gives them, if they are known ahead (a
+    /// constant kernel's, taken at setup); `None` to sum the rows.
+    fn direct_row_sums(&self, _i0: usize) -> Option<[i32; MR]> {
+        None
+    }
     /// False when the rows' sums are never used (the lanes' side's zero
     /// point is 0: they only come in multiplied by it), so that rows read
     /// in place are not summed.
@@ -200,6 +210,12 @@ pub trait PanelQuads: Copy {
     fn at(self, i: usize, n: usize) -> *const u32;
     /// The first `n` quads.
     fn first(self, n: usize) -> Self;
+    /// Quads held.
+    fn quads(self) -> usize;
+    /// The first quad's address, for the kernels' loops, which check
+    /// [`PanelQuads::quads`] once up front (no quad is written while a
+    /// kernel reads them).
+    fn ptr(self) -> *const u32;
 }
 
 impl PanelQuads for &[Cell<u32>] {
@@ -215,6 +231,15 @@ impl PanelQuads for &[Cell<u32>] {
     fn first(self, n: usize) -> Self {
         &self[..n]
     }
+    #[inline(always)]
+    fn quads(self) -> usize {
+        <[Cell<u32>]>::len(self)
+    }
+    #[inline(always)]
+    fn ptr(self) -> *const u32 {
+        // `Cell<u32>` has the layout of `u32`.
+        self.as_ptr().cast()
+    }
 }
 
 impl PanelQuads for &[u32] {
@@ -229,6 +254,14 @@ impl PanelQuads for &[u32] {
     #[inline(always)]
     fn first(self, n: usize) -> Self {
         &self[..n]
+    }
+    #[inline(always)]
+    fn quads(self) -> usize {
+        <[u32]>::len(self)
+    }
+    #[inline(always)]
+    fn ptr(self) -> *const u32 {
+        self.as_ptr()
     }
 }
 
@@ -359,6 +392,9 @@ fn blocks<'o, O: Operands>(
     // The sums of rows read in place, taken in the first block and kept
     // for the others (where the rows are few enough for the stack).
     let mut kept = [0i32; KEPT_ROWS];
+    // The columns of a last panel of few lanes ([`narrow`]), made (and
+    // zeroed) only for a product that has one.
+    let mut cols: Option<Columns> = None;
     let mut p = panels.start;
     while p < panels.end {
         let first_block = p == panels.start;
@@ -378,15 +414,36 @@ fn blocks<'o, O: Operands>(
             mapped[count] = m;
             count += 1;
         }
+        // Whether the block's last panel is the product's, of a few
+        // lanes, packed and taken as columns: rows read in place then
+        // leave it to [`narrow`].
+        let narrow = count > 0 && isa == Isa::Vnni && mapped[count - 1].is_none() && {
+            let lanes = ops.lanes().saturating_sub((p + count - 1) * NR);
+            lanes < NR
+                && cols.get_or_insert_with(Columns::new).take(
+                    scratch_panel(slot[count - 1]),
+                    nq,
+                    lanes,
+                )
+        };
+        let narrow_of = |r: &RowsOf<'_>| (narrow && r.direct.is_some()).then_some(count - 1);
         let lu = O::LANES_UNSIGNED;
         let usable = |f: &Rows<'_>| f.usable(ops.lanes());
         // A group of rows already prepared (its sums taken, its line
         // looked up) by an attempt to pair it with the one before.
+        // `held[0]` says how the kernel requantises the current group
+        // (where it does), `held[1]` the group after it.
+        let mut held = [Rows::EMPTY; 2];
         let mut next = None;
         let mut i0 = 0;
         while i0 < ops.rows() {
-            let g = match next.take() {
-                Some(g) => g,
+            let (r0, f0) = match next.take() {
+                Some((r, f)) => {
+                    if f {
+                        held[0] = held[1];
+                    }
+                    (r, f)
+                }
                 None => {
                     let r = rows_of(
                         isa,
@@ -397,10 +454,9 @@ fn blocks<'o, O: Operands>(
                         scratch_rows,
                         &mut kept,
                     );
-                    let fused = match isa {
-                        Isa::Vnni => emit.rows(i0, &r.sums).filter(usable),
-                        _ => None,
-                    };
+                    let fused = isa == Isa::Vnni
+                        && emit.rows(i0, &r.sums, &mut held[0])
+                        && usable(&held[0]);
                     (r, fused)
                 }
             };
@@ -409,11 +465,8 @@ fn blocks<'o, O: Operands>(
             // 24 sums in flight, where four rows left the loop waiting on
             // loads. Only rows read in place or kept packed pair (the
             // second group must not be packed over the first's buffer).
-            let (r0, f0) = g;
             let i1 = i0 + MR;
-            if let Some(f0) =
-                f0.filter(|_| i1 < ops.rows() && (r0.direct.is_some() || kept_rows.is_some()))
-            {
+            if f0 && i1 < ops.rows() && (r0.direct.is_some() || kept_rows.is_some()) {
                 let r1 = rows_of(
                     isa,
                     ops,
@@ -423,53 +476,83 @@ fn blocks<'o, O: Operands>(
                     scratch_rows,
                     &mut kept,
                 );
-                let f1 = emit.rows(i1, &r1.sums).filter(usable);
-                match f1 {
-                    Some(f1) if r1.direct.is_some() == r0.direct.is_some() => {
-                        let to = [f0, f1];
+                let f1 = emit.rows(i1, &r1.sums, &mut held[1]) && usable(&held[1]);
+                if f1 && r1.direct.is_some() == r0.direct.is_some() {
+                    {
+                        let to = &held[..];
+                        let wide = narrow_of(&r0).unwrap_or(count);
                         let mut b = 0;
-                        while b < count {
-                            let n = alike_panels(&mapped[b..count]);
+                        while b < wide {
+                            let n = alike_panels(&mapped[b..wide]);
                             let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                             let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
-                            match (&r0.direct, &r1.direct, n) {
-                                (Some(d0), Some(d1), 3) => {
-                                    fused_group::<3, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                            let strided = match (&r0.direct, &r1.direct) {
+                                (Some(d0), Some(d1)) => Strided::<8>::of(&[d0, d1]),
+                                _ => None,
+                            };
+                            match (&strided, &r0.direct, &r1.direct, n) {
+                                (Some(s), _, _, 3) => {
+                                    fused_group::<3, 8, _>(lu, at, s, nq, lanes, to)
                                 }
-                                (Some(d0), Some(d1), 2) => {
-                                    fused_group::<2, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                                (Some(s), _, _, 2) => {
+                                    fused_group::<2, 8, _>(lu, at, s, nq, lanes, to)
                                 }
-                                (Some(d0), Some(d1), _) => {
-                                    fused_group::<1, 8, _>(lu, at, &Two(d0, d1), nq, lanes, &to)
+                                (Some(s), _, _, _) => {
+                                    fused_group::<1, 8, _>(lu, at, s, nq, lanes, to)
                                 }
-                                (_, _, n) => {
+                                (_, Some(d0), Some(d1), 3) => {
+                                    fused_group::<3, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                }
+                                (_, Some(d0), Some(d1), 2) => {
+                                    fused_group::<2, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                }
+                                (_, Some(d0), Some(d1), _) => {
+                                    fused_group::<1, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                }
+                                (_, _, _, n) => {
                                     let two = Two(&Packed(r0.buf), &Packed(r1.buf));
                                     match n {
-                                        3 => fused_group::<3, 8, _>(lu, at, &two, nq, lanes, &to),
-                                        2 => fused_group::<2, 8, _>(lu, at, &two, nq, lanes, &to),
-                                        _ => fused_group::<1, 8, _>(lu, at, &two, nq, lanes, &to),
+                                        3 => fused_group::<3, 8, _>(lu, at, &two, nq, lanes, to),
+                                        2 => fused_group::<2, 8, _>(lu, at, &two, nq, lanes, to),
+                                        _ => fused_group::<1, 8, _>(lu, at, &two, nq, lanes, to),
                                     }
                                 }
                             }
                             b += n;
                         }
+                        if let (Some(b), Some(c)) = (narrow_of(&r0), &cols) {
+                            let (j0, s) = ((p + b) * NR, &sums[b]);
+                            narrow::tile(lu, c, &r0, i0, j0, s, &mut emit);
+                            narrow::tile(lu, c, &r1, i1, j0, s, &mut emit);
+                        }
                         i0 += 2 * MR;
                         continue;
                     }
-                    f1 => next = Some((r1, f1)),
                 }
+                next = Some((r1, f1));
             }
-            let fused = f0;
+            let fused = f0.then_some(&held[0]);
+            let wide = narrow_of(&r0).unwrap_or(count);
             let mut b = 0;
-            while b < count {
-                let n = alike_panels(&mapped[b..count]);
+            while b < wide {
+                let n = alike_panels(&mapped[b..wide]);
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                 // Each tile handed on where it was computed: gathering them
                 // into one array first copied 768 bytes per group.
-                if let Some(to) = &fused {
+                if let Some(to) = fused {
                     let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
                     let to = core::slice::from_ref(to);
+                    let strided = r0.direct.as_ref().and_then(|d| Strided::<MR>::of(&[d]));
                     match (&r0.direct, n) {
+                        (Some(_), n) if strided.is_some() => {
+                            if let Some(s) = &strided {
+                                match n {
+                                    3 => fused_group::<3, MR, _>(lu, at, s, nq, lanes, to),
+                                    2 => fused_group::<2, MR, _>(lu, at, s, nq, lanes, to),
+                                    _ => fused_group::<1, MR, _>(lu, at, s, nq, lanes, to),
+                                }
+                            }
+                        }
                         (Some(d), 3) => fused_group::<3, MR, _>(lu, at, d, nq, lanes, to),
                         (Some(d), 2) => fused_group::<2, MR, _>(lu, at, d, nq, lanes, to),
                         (Some(d), _) => fused_group::<1, MR, _>(lu, at, d, nq, lanes, to),
@@ -506,6 +589,9 @@ fn blocks<'o, O: Operands>(
                     (None, _) => put(&group::<1, _>(isa, lu, at, &Packed(r0.buf), nq)),
                 }
                 b += n;
+            }
+            if let (Some(b), Some(c)) = (narrow_of(&r0), &cols) {
+                narrow::tile(lu, c, &r0, i0, (p + b) * NR, &sums[b], &mut emit);
             }
             i0 += MR;
         }
@@ -691,39 +777,6 @@ fn tiles_of<const N: usize, P: PanelQuads, R: RowQuads>(
         }
         _ => panels.map(|p| tile_of(isa, lanes_unsigned, p, rows, nq)),
     }
-}
-
-/// The sum of four products of `x` (a panel's quad) and `w` (a row's).
-#[inline(always)]
-fn dot4<const LANES_UNSIGNED: bool>(x: [u8; 4], w: [u8; 4]) -> i32 {
-    let mut s = 0i32;
-    for t in 0..4 {
-        // At most 4·255·128 in magnitude: no overflow.
-        s += if LANES_UNSIGNED {
-            i32::from(x[t]) * i32::from(w[t] as i8)
-        } else {
-            i32::from(x[t] as i8) * i32::from(w[t])
-        };
-    }
-    s
-}
-
-fn tile_portable<const LANES_UNSIGNED: bool, P: PanelQuads, R: RowQuads>(
-    panel: P,
-    rows: &R,
-    nq: usize,
-) -> Tile {
-    let mut acc = [[0i32; NR]; MR];
-    for q in 0..nq {
-        let x: [[u8; 4]; NR] = core::array::from_fn(|l| panel.quad(q * NR + l).to_le_bytes());
-        for (r, row) in acc.iter_mut().enumerate() {
-            let w = rows.quad(q, r).to_le_bytes();
-            for (a, x) in row.iter_mut().zip(x) {
-                *a = a.wrapping_add(dot4::<LANES_UNSIGNED>(x, w));
-            }
-        }
-    }
-    acc
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -189,6 +189,37 @@ fn run(
         let (on_stack, _) = go(0, 2, false)?;
         assert_eq!(on_stack, raw, "packed on the stack");
     }
+    // An i8 b (a convolution's kernel, a product's weight) in the
+    // mapping, as a compiled bundle holds it: the rows' sums are then
+    // taken at setup where b gives the rows (`QConv::row_sums`,
+    // `QProduct::row_sums`). A depthwise convolution has no rows (and
+    // its tests count the runs of its own paths).
+    if ins[1].dtype == DType::I8 && !direct {
+        let mut mapped_ins = step.inputs.clone();
+        let weight: &'static [u8] = Box::leak(bytes(&ins[1]).into_boxed_slice());
+        mapped_ins[1].loc = Loc::Weight(weight);
+        let (kernel, scratch) =
+            crate::kernels::prepare(&op, &mapped_ins, std::slice::from_ref(&output))?;
+        let mapped = Step {
+            kernel,
+            inputs: mapped_ins,
+            outputs: vec![output.clone()],
+            scratch,
+            planned: None,
+        };
+        for parts in [1, 2] {
+            let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut arena);
+            bytes[at..at + n * size].fill(0xa5);
+            let mut scratch = vec![0f32; mapped.scratch];
+            let scratch = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
+            let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
+            (0..parts)
+                .try_for_each(|part| run_part(&mapped, &views, scratch, part, parts))
+                .map_err(|e| format!("{e:?}"))?;
+            let got = &bytemuck::cast_slice::<u64, u8>(&arena)[at..at + n * size];
+            assert_eq!(got, &raw[..], "mapped kernel in {parts} shares");
+        }
+    }
     Ok(match out.0 {
         DType::U8 => raw.iter().map(|&b| b.into()).collect(),
         DType::I8 => raw.iter().map(|&b| (b as i8).into()).collect(),

@@ -71,6 +71,9 @@ struct ConvOps<'s, X, W> {
     /// Whether the lanes' sums are used: some output channel's zero point
     /// (b's, which multiplies them) is not 0.
     lane_sums: bool,
+    /// Every output channel's kernel sum, taken at setup
+    /// ([`QConv::row_sums`]), where the kernel is the mapped weight.
+    row_sums: Option<&'s [i32]>,
 }
 
 impl<X: Load<u8>, W: Load<u8>> ConvOps<'_, X, W> {
@@ -527,6 +530,12 @@ impl<X: Load<u8>, W: Load<u8>> Operands for ConvOps<'_, X, W> {
     where
         Self: 's;
 
+    fn direct_row_sums(&self, i0: usize) -> Option<[i32; MR]> {
+        let at = self.c0.checked_add(i0)?;
+        let sums = self.row_sums?.get(at..at.checked_add(MR)?)?;
+        Some(core::array::from_fn(|r| sums[r]))
+    }
+
     fn row_sums_used(&self) -> bool {
         // The padding byte is a's zero point, which multiplies them.
         self.pad != 0
@@ -573,9 +582,16 @@ impl QConv {
         // Symmetric kernels (zero points 0, every per-channel QDQ model)
         // leave the image's sums unused.
         let lane_sums = (0..c_out).any(|c| dom.b0(q.b0(c * plane_out)) != 0);
+        // Only for the weight they were taken from, whole.
+        let row_sums = match (&self.row_sums, w) {
+            (Some(r), Src::Weight(_)) if r.len() == c_out => Some(&r[..]),
+            _ => None,
+        };
+        let mut lines = RowLines::new();
         crate::with_load!(x, |x| crate::with_load!(w, |w| {
             for image in 0..s.batch {
                 for group in 0..s.groups {
+                    lines.clear();
                     let ops = ConvOps {
                         s,
                         x,
@@ -586,6 +602,7 @@ impl QConv {
                         pad,
                         flat,
                         lane_sums,
+                        row_sums,
                     };
                     let first = (image * c_out + ops.c0) * plane_out;
                     // The rows' lines, looked up once per group of rows
@@ -595,7 +612,7 @@ impl QConv {
                         out,
                         rows: s.out_per_group,
                         lanes: plane_out,
-                        lines: RowLines::new(),
+                        lines: &mut lines,
                         line: Some(|i: usize, row_sum: i32| {
                             let o = first + i * plane_out;
                             let (bias, scale, b0) = q.channel(o);

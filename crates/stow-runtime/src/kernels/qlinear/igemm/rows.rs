@@ -11,6 +11,26 @@ use core::cell::Cell;
 pub(super) trait RowQuads {
     /// Quad `q` of row `r`.
     fn quad(&self, q: usize, r: usize) -> u32;
+    /// Quads of each row [`RowQuads::quad_unchecked`] may read.
+    #[inline(always)]
+    fn quads(&self) -> usize {
+        usize::MAX
+    }
+    /// Rows [`RowQuads::quad_unchecked`] may read.
+    #[inline(always)]
+    fn count(&self) -> usize {
+        usize::MAX
+    }
+    /// [`RowQuads::quad`] without its check, for the kernels' loops,
+    /// which bound `q` and `r` once up front.
+    ///
+    /// # Safety
+    /// `q < self.quads()` and `r < self.count()`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn quad_unchecked(&self, q: usize, r: usize) -> u32 {
+        self.quad(q, r)
+    }
 }
 
 /// Rows packed into scratch (module doc).
@@ -57,12 +77,50 @@ impl RowQuads for DirectAt {
         debug_assert!(q <= self.last, "quad past a row read in place");
         // A select rather than a branch: the kernels never ask past
         // `last`, and the clamp keeps the read inside the row if they did.
-        let i = 4 * q.min(self.last);
-        // SAFETY: bytes `i..i + 4` of row `r` are inside its readable
-        // bytes (`i + 4 <= 4·(last + 1)`, checked by `Direct::at`); the
-        // read is unaligned.
+        // SAFETY: clamped to `last`; `self.at` holds MR rows (the index
+        // is checked).
         #[allow(unsafe_code)]
-        let v = unsafe { self.at[r].add(i).cast::<u32>().read_unaligned() };
+        unsafe {
+            self.read(q.min(self.last), self.at[r])
+        }
+    }
+
+    #[inline(always)]
+    fn quads(&self) -> usize {
+        self.last + 1
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        MR
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn quad_unchecked(&self, q: usize, r: usize) -> u32 {
+        // SAFETY: `q <= last` and `r < MR` (the caller's promise).
+        unsafe { self.read(q, *self.at.get_unchecked(r)) }
+    }
+}
+
+impl DirectAt {
+    /// Row `r`'s address, readable for `4·quads()` bytes.
+    #[inline(always)]
+    pub(super) fn row(&self, r: usize) -> *const u8 {
+        self.at[r]
+    }
+
+    /// Quad `q` of the row at `row`.
+    ///
+    /// # Safety
+    /// `q <= self.last` and `row` one of `self.at`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn read(&self, q: usize, row: *const u8) -> u32 {
+        // SAFETY: bytes `4q..4q + 4` of the row are inside its readable
+        // bytes (`4q + 4 <= 4·(last + 1)`, checked by `Direct::at`); the
+        // read is unaligned.
+        let v = unsafe { row.add(4 * q).cast::<u32>().read_unaligned() };
         u32::from_le(v)
     }
 }
@@ -151,7 +209,9 @@ pub(super) fn rows_of<'a, O: Operands>(
         Some(_) if !ops.row_sums_used() => [0; MR],
         Some(_) if keep && !first_block => core::array::from_fn(|r| kept[i0 + r]),
         Some(d) => {
-            let sums = d.0.map(|r| row_sum(isa, r, k, !O::LANES_UNSIGNED));
+            let sums = ops
+                .direct_row_sums(i0)
+                .unwrap_or_else(|| d.0.map(|r| row_sum(isa, r, k, !O::LANES_UNSIGNED)));
             if keep {
                 kept[i0..i0 + MR].copy_from_slice(&sums);
             }
@@ -173,6 +233,77 @@ pub(super) fn rows_of<'a, O: Operands>(
     }
 }
 
+/// `M` rows read in place that lie `stride` bytes apart (a convolution's
+/// kernel rows, `K` bytes apart), each holding `quads` quads from its
+/// start: row `r` at `base + r·stride`. The kernels' loops keep one
+/// address and the stride in registers where eight rows' addresses
+/// ([`DirectAt`], two groups) were reloaded from the stack every quad
+/// and each read clamped to the row.
+#[derive(Clone, Copy)]
+pub(super) struct Strided<const M: usize> {
+    base: *const u8,
+    stride: isize,
+    quads: usize,
+}
+
+impl<const M: usize> Strided<M> {
+    /// The rows of `groups` (each [`MR`] rows, `M` in all) if they lie
+    /// equally far apart, one group after the other.
+    #[inline(always)]
+    pub(super) fn of(groups: &[&DirectAt]) -> Option<Strided<M>> {
+        let first = groups.first()?;
+        if groups.len() * MR != M || groups.iter().any(|g| g.last != first.last) {
+            return None;
+        }
+        let at = |r: usize| groups[r / MR].at[r % MR] as isize;
+        let stride = at(1).wrapping_sub(at(0));
+        let even = (1..M).all(|r| at(r) == at(0).wrapping_add(stride.wrapping_mul(r as isize)));
+        even.then_some(Strided {
+            base: first.at[0],
+            stride,
+            quads: first.last + 1,
+        })
+    }
+}
+
+impl<const M: usize> RowQuads for Strided<M> {
+    #[inline(always)]
+    fn quad(&self, q: usize, r: usize) -> u32 {
+        assert!(q < self.quads && r < M, "quad past rows read in place");
+        // SAFETY: just checked.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.quad_unchecked(q, r)
+        }
+    }
+
+    #[inline(always)]
+    fn quads(&self) -> usize {
+        self.quads
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        M
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn quad_unchecked(&self, q: usize, r: usize) -> u32 {
+        // SAFETY: row `r < M` is one of the groups' rows (`Strided::of`
+        // checked each lies at `base + r·stride`), readable for
+        // `4·quads` bytes (`Direct::at`), and `q < quads`.
+        let v = unsafe {
+            self.base
+                .wrapping_offset(self.stride.wrapping_mul(r as isize))
+                .add(4 * q)
+                .cast::<u32>()
+                .read_unaligned()
+        };
+        u32::from_le(v)
+    }
+}
+
 /// Two groups of rows read as one of `2·MR` rows.
 pub(super) struct Two<'a, A, B>(pub(super) &'a A, pub(super) &'a B);
 
@@ -183,6 +314,33 @@ impl<A: RowQuads, B: RowQuads> RowQuads for Two<'_, A, B> {
             self.0.quad(q, r)
         } else {
             self.1.quad(q, r - MR)
+        }
+    }
+
+    #[inline(always)]
+    fn quads(&self) -> usize {
+        self.0.quads().min(self.1.quads())
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        match self.0.count() {
+            n if n < MR => n,
+            _ => MR.saturating_add(self.1.count()),
+        }
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn quad_unchecked(&self, q: usize, r: usize) -> u32 {
+        // SAFETY: `q` is below both groups' quads, and `r` below the
+        // first's rows or `r − MR` below the second's (`count`).
+        unsafe {
+            if r < MR {
+                self.0.quad_unchecked(q, r)
+            } else {
+                self.1.quad_unchecked(q, r - MR)
+            }
         }
     }
 }
