@@ -14,6 +14,7 @@ mod naive;
 mod peak;
 mod pools;
 mod search;
+pub(crate) mod sweep;
 
 /// A planning strategy, selectable by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

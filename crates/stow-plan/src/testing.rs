@@ -382,3 +382,18 @@ pub fn write_intervals(problem: &Problem, comment: &str) -> String {
     }
     out
 }
+
+/// The time sweep alone (see `strategy/sweep.rs`): a layout of `problem`
+/// within `cap` bytes, or `None` (not found within `node_limit`
+/// placements or by `deadline`: the sweep is incomplete where there is
+/// slack, so `None` proves nothing); and the placements it tried. The
+/// layout has not been checked.
+pub fn sweep_pack(
+    problem: &Problem,
+    cap: u64,
+    node_limit: u64,
+    deadline: std::time::Instant,
+) -> (Option<Vec<u64>>, u64) {
+    let o = crate::strategy::sweep::pack(problem, cap, deadline, node_limit);
+    (o.offsets, o.nodes)
+}

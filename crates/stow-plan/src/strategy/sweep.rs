@@ -1,0 +1,765 @@
+//! A search that sweeps time instead of offset, for near-perfect packings
+//! (docs/PLANNER.md, "The time sweep search").
+//!
+//! At each event time (a time some buffer starts) the buffers starting
+//! there go into the bytes free at that time, each free run filled bottom
+//! up. The state after an event is the *frontier*, the buffers live across
+//! the next event with their offsets, and what can follow depends on
+//! nothing else, so a frontier from which the rest failed is remembered as
+//! dead whatever led to it. Unlike the offset-ordered search, a wrong
+//! choice is refuted within its column of time.
+//!
+//! Where a time has slack (the bytes free exceed what starts there), the
+//! sweep may leave the rest of a free run empty; it never tries a buffer
+//! part way up a run with room left below it, so it is incomplete there
+//! and a failure proves nothing (callers never claim infeasibility from
+//! it). On perfect packings every free byte must be filled and the sweep
+//! is complete over layouts in which buffers alike in size and end are
+//! interchangeable.
+//!
+//! Pruning, at each placement: the runs free at the *next* event that lie
+//! wholly below the current offset (closed by a buffer live across that
+//! event) must each be filled by buffers starting there up to that
+//! event's slack (subset sums of their sizes, a bitset), and when a run of
+//! the current event is entered, the rest of its runs must be fillable by
+//! the unused buffers of this event within its slack.
+
+use crate::problem::{ConflictModel, Problem};
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Instant;
+
+/// Above this many units (cap divided by the sizes' common divisor) the
+/// subset-sum bitsets are not built and those checks are skipped.
+const MAX_UNITS: u64 = 1 << 16;
+
+/// How many events ahead the closed runs are checked.
+const DEPTH: usize = 16;
+
+/// A buffer index standing for the arena's top in [`Sweep::feed`].
+const TOP: u32 = u32::MAX;
+
+/// Most buffers the sweep takes on: its recursion goes one frame per
+/// placement.
+pub(crate) const MAX_BUFFERS: usize = 20_000;
+
+/// What [`pack`] found.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// A layout within the cap, or `None`.
+    pub offsets: Option<Vec<u64>>,
+    /// Placements tried.
+    pub nodes: u64,
+    /// True when the time or node limit stopped it.
+    pub limit_hit: bool,
+}
+
+/// Subset sums as a bitset over units.
+#[derive(Clone)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(units: u64) -> Self {
+        let mut b = Bits(vec![0; (units as usize + 1).div_ceil(64)]);
+        b.0[0] = 1;
+        b
+    }
+
+    /// Adds an item of `s` units: every sum so far, plus `s`.
+    fn add(&mut self, s: u64) {
+        let (w, r) = ((s / 64) as usize, (s % 64) as u32);
+        let n = self.0.len();
+        for i in (0..n).rev() {
+            if i < w {
+                break;
+            }
+            let lo = self.0[i - w] << r;
+            let hi = if r > 0 && i > w {
+                self.0[i - w - 1] >> (64 - r)
+            } else {
+                0
+            };
+            self.0[i] |= lo | hi;
+        }
+    }
+
+    /// The largest sum at most `x` units.
+    fn best_below(&self, x: u64) -> u64 {
+        let top = (x as usize).min(self.0.len() * 64 - 1);
+        let (mut w, r) = (top / 64, top % 64);
+        let mut word = self.0[w] & (u64::MAX >> (63 - r));
+        loop {
+            if word != 0 {
+                return (w * 64 + 63 - word.leading_zeros() as usize) as u64;
+            }
+            if w == 0 {
+                return 0;
+            }
+            w -= 1;
+            word = self.0[w];
+        }
+    }
+}
+
+struct Sweep {
+    size: Vec<u64>,
+    end: Vec<u32>,
+    align: Vec<u64>,
+    cap: u64,
+    times: Vec<u32>,
+    /// Buffers starting at each event, largest first.
+    starting: Vec<Vec<u32>>,
+    /// Bytes free at each event once everything live there is placed.
+    slack: Vec<u64>,
+    /// Subset sums of each event's starting sizes (in units).
+    sums: Vec<Option<Bits>>,
+    /// `ahead_sums[k][d - 1]`: subset sums of the sizes of the buffers
+    /// starting after event `k` and live at event `k + d`.
+    ahead_sums: Vec<Vec<Bits>>,
+    /// The same buffers' sizes in units, largest first, where there are
+    /// few enough for [`joint_fit`] (else empty).
+    ahead_items: Vec<Vec<Vec<u64>>>,
+    /// Runs closed by the lookahead: (event, depth, length in units).
+    closed: Vec<(u32, u8, u64)>,
+    unit: u64,
+    offset: Vec<u64>,
+    dead: HashSet<u128>,
+    nodes: u64,
+    limit: u64,
+    deadline: Instant,
+    stopped: bool,
+    /// Where the current restart's nodes end.
+    round_end: u64,
+    /// Per event: frontiers entered, and found dead (for the trace).
+    entered: Vec<u64>,
+    failed: Vec<u64>,
+}
+
+/// The lookahead's state: where the run free at the next event that is
+/// still open began, and the least waste the closed runs force there.
+#[derive(Clone, Copy)]
+struct Ahead {
+    open: Option<u64>,
+    waste: u64,
+}
+
+/// One event's fixed data during its tiling.
+struct Event<'e> {
+    k: usize,
+    gaps: &'e [(u64, u64)],
+    /// Buffers live across this event, continuing, by offset.
+    cont: &'e [(u64, u32)],
+    /// `first[g]`: the first of `cont` above gap `g`'s bottom.
+    first: &'e [usize],
+    new: &'e [u32],
+}
+
+impl Sweep {
+    fn out_of_budget(&mut self) -> bool {
+        self.nodes += 1;
+        if self.nodes > self.limit
+            || (self.nodes.is_multiple_of(1024) && Instant::now() >= self.deadline)
+        {
+            self.stopped = true;
+        }
+        self.stopped || self.nodes > self.round_end
+    }
+
+    /// The least waste a run of `len` bytes free at event `k + d` forces,
+    /// filled only by buffers starting after event `k`.
+    fn forced_waste(&self, k: usize, d: usize, len: u64) -> u64 {
+        match self.ahead_sums[k].get(d - 1) {
+            Some(bits) if len % self.unit == 0 => {
+                len - bits.best_below(len / self.unit) * self.unit
+            }
+            _ => 0,
+        }
+    }
+
+    /// Feeds the segment of the layout at event `k` from `lo` up, bottom
+    /// up, to the lookahead at the events after it: held by buffer `i`
+    /// (`None`: left empty; [`TOP`]: the arena's top). A run free at event
+    /// `k + d` closed below and above by buffers live across it must be
+    /// filled by buffers starting after event `k` and live at `k + d`;
+    /// false when the closed runs force more waste than that event has.
+    fn feed(&mut self, k: usize, a: &mut [Ahead; DEPTH], lo: u64, i: Option<u32>) -> bool {
+        let end = i.map_or(0, |i| {
+            if i == TOP {
+                u32::MAX
+            } else {
+                self.end[i as usize]
+            }
+        });
+        for d in 1..=DEPTH.min(self.times.len() - 1 - k) {
+            let a = &mut a[d - 1];
+            if end > self.times[k + d] {
+                if let Some(o) = a.open.take() {
+                    a.waste += self.forced_waste(k, d, lo - o);
+                    if a.waste > self.slack[k + d] {
+                        return false;
+                    }
+                    let items = &self.ahead_items[k][d - 1];
+                    if !items.is_empty() && (lo - o) % self.unit == 0 {
+                        let tag = (k as u32, d as u8);
+                        self.closed.push((tag.0, tag.1, (lo - o) / self.unit));
+                        let mut runs: Vec<u64> = self
+                            .closed
+                            .iter()
+                            .rev()
+                            .take_while(|c| c.0 == tag.0)
+                            .filter(|c| c.1 == tag.1)
+                            .map(|c| c.2)
+                            .collect();
+                        if runs.len() > 1 {
+                            runs.sort_unstable_by(|x, y| y.cmp(x));
+                            let budget = self.slack[k + d] / self.unit;
+                            let mut left = JOINT_NODES;
+                            if joint_fit(&mut runs, items, 0, budget, &mut left) == Some(false) {
+                                return false;
+                            }
+                        }
+                    }
+                }
+            } else if a.open.is_none() {
+                a.open = Some(lo);
+            }
+        }
+        true
+    }
+
+    /// Places the buffers starting at event `k` and after, given the
+    /// buffers `live` (with offsets) across the event before. `None` when
+    /// the budget ran out.
+    fn solve(&mut self, k: usize, live: &[(u64, u32)]) -> Option<bool> {
+        if k == self.times.len() {
+            return Some(true);
+        }
+        let t = self.times[k];
+        let mut cont: Vec<(u64, u32)> = live
+            .iter()
+            .copied()
+            .filter(|&(_, i)| self.end[i as usize] > t)
+            .collect();
+        cont.sort_unstable();
+        let key = {
+            let mut h = DefaultHasher::new();
+            (k, &cont).hash(&mut h);
+            let a = h.finish();
+            let mut h = DefaultHasher::new();
+            (&cont, k, 0x9e37u32).hash(&mut h);
+            (u128::from(a) << 64) | u128::from(h.finish())
+        };
+        if self.dead.contains(&key) {
+            return Some(false);
+        }
+        self.entered[k] += 1;
+        // The free runs at `t`, bottom up, and which continuing buffers lie
+        // below each.
+        let (mut gaps, mut first) = (Vec::new(), Vec::new());
+        let mut at = 0;
+        for (n, &(o, i)) in cont.iter().enumerate() {
+            if o > at {
+                gaps.push((at, o));
+                first.push(n);
+            }
+            at = at.max(o + self.size[i as usize]);
+        }
+        if at < self.cap {
+            gaps.push((at, self.cap));
+            first.push(cont.len());
+        }
+        let new = self.starting[k].clone();
+        let mut used = vec![false; new.len()];
+        let mut placed = cont.clone();
+        let ev = Event {
+            k,
+            gaps: &gaps,
+            cont: &cont,
+            first: &first,
+            new: &new,
+        };
+        // The continuing buffers below the first run.
+        let mut ahead = [Ahead {
+            open: None,
+            waste: 0,
+        }; DEPTH];
+        let upto = first.first().copied().unwrap_or(cont.len());
+        let mut ok = true;
+        for &(o, i) in &cont[..upto] {
+            ok &= self.feed(k, &mut ahead, o, Some(i));
+        }
+        let r = if ok {
+            self.tile(
+                &ev,
+                0,
+                None,
+                false,
+                self.slack[k],
+                ahead,
+                &mut used,
+                &mut placed,
+            )
+        } else {
+            Some(false)
+        };
+        self.closed.retain(|c| c.0 as usize != k);
+        if r == Some(false) {
+            self.failed[k] += 1;
+            self.dead.insert(key);
+        }
+        r
+    }
+
+    /// Fills run `g` of event `ev` from `at` (`None`: its bottom) up with
+    /// unused buffers, then the next runs, then goes on to the next event.
+    /// `waste` is the slack left at this event.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &mut self,
+        ev: &Event,
+        g: usize,
+        at: Option<u64>,
+        holed: bool,
+        waste: u64,
+        ahead: [Ahead; DEPTH],
+        used: &mut [bool],
+        placed: &mut Vec<(u64, u32)>,
+    ) -> Option<bool> {
+        let mark = self.closed.len();
+        let r = self.tile_runs(ev, g, at, holed, waste, ahead, used, placed);
+        self.closed.truncate(mark);
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tile_runs(
+        &mut self,
+        ev: &Event,
+        g: usize,
+        at: Option<u64>,
+        holed: bool,
+        waste: u64,
+        mut ahead: [Ahead; DEPTH],
+        used: &mut [bool],
+        placed: &mut Vec<(u64, u32)>,
+    ) -> Option<bool> {
+        let k = ev.k;
+        let (mut g, mut at) = (g, at);
+        if let Some(a) = at {
+            if a == ev.gaps[g].1 {
+                // Run `g` is full: feed the continuing buffers above it.
+                let upto = ev.first.get(g + 1).copied().unwrap_or(ev.cont.len());
+                for &(o, i) in &ev.cont[ev.first[g]..upto] {
+                    if !self.feed(k, &mut ahead, o, Some(i)) {
+                        return Some(false);
+                    }
+                }
+                g += 1;
+                at = None;
+            }
+        }
+        let holed = holed && at.is_some();
+        if g == ev.gaps.len() {
+            // Every run is done: every starting buffer must be placed.
+            if !used.iter().all(|&u| u) {
+                return Some(false);
+            }
+            if !self.feed(k, &mut ahead, self.cap, Some(TOP)) {
+                return Some(false);
+            }
+            return self.solve(k + 1, placed);
+        }
+        let (lo, hi) = ev.gaps[g];
+        let at = match at {
+            Some(a) => a,
+            None => {
+                // Entering a run: the rest of the runs must be fillable by
+                // the unused buffers within the slack left.
+                if self.sums[k].is_some() {
+                    let mut bits = Bits::new(self.cap / self.unit);
+                    for (x, &i) in ev.new.iter().enumerate() {
+                        if !used[x] {
+                            bits.add(self.size[i as usize] / self.unit);
+                        }
+                    }
+                    let mut w = 0;
+                    for &(a, b) in &ev.gaps[g..] {
+                        let len = b - a;
+                        w += len - bits.best_below(len / self.unit) * self.unit;
+                    }
+                    if w > waste {
+                        return Some(false);
+                    }
+                }
+                lo
+            }
+        };
+        let room = hi - at;
+        let mut tried: Vec<(u64, u32)> = Vec::new();
+        for x in 0..ev.new.len() {
+            let i = ev.new[x];
+            let (s, e) = (self.size[i as usize], self.end[i as usize]);
+            if used[x] || s > room || tried.contains(&(s, e)) || at % self.align[i as usize] != 0 {
+                continue; // Buffers alike in size and end are one choice.
+            }
+            tried.push((s, e));
+            if self.out_of_budget() {
+                return None;
+            }
+            let mut a = ahead;
+            let mark = self.closed.len();
+            if !self.feed(k, &mut a, at, Some(i)) {
+                self.closed.truncate(mark);
+                continue;
+            }
+            used[x] = true;
+            self.offset[i as usize] = at;
+            placed.push((at, i));
+            let r = self.tile(ev, g, Some(at + s), holed, waste, a, used, placed);
+            self.closed.truncate(mark);
+            placed.pop();
+            used[x] = false;
+            if r != Some(false) {
+                return r;
+            }
+        }
+        if holed || waste == 0 {
+            return Some(false);
+        }
+        // Leave a hole of `h` bytes (at most one a run) where the rest of
+        // the run can still be filled exactly by the unused buffers (or
+        // the whole rest of it): the few smallest such holes.
+        let mut holes: Vec<u64> = Vec::new();
+        if self.sums[k].is_some() && room % self.unit == 0 {
+            let mut bits = Bits::new(self.cap / self.unit);
+            for (x, &i) in ev.new.iter().enumerate() {
+                if !used[x] {
+                    bits.add(self.size[i as usize] / self.unit);
+                }
+            }
+            let mut top = room / self.unit;
+            while holes.len() < MAX_HOLES && top > 0 {
+                let f = bits.best_below(top - 1);
+                let h = room - f * self.unit;
+                if h > waste {
+                    break;
+                }
+                holes.push(h);
+                if f == 0 {
+                    break;
+                }
+                top = f;
+            }
+        } else if room <= waste {
+            holes.push(room);
+        }
+        for h in holes {
+            if self.out_of_budget() {
+                return None;
+            }
+            let mut a = ahead;
+            let mark = self.closed.len();
+            let r = if self.feed(k, &mut a, at, None) {
+                self.tile(ev, g, Some(at + h), true, waste - h, a, used, placed)
+            } else {
+                Some(false)
+            };
+            self.closed.truncate(mark);
+            if r != Some(false) {
+                return r;
+            }
+        }
+        Some(false)
+    }
+}
+
+/// Most hole sizes tried at one place.
+const MAX_HOLES: usize = 3;
+
+/// Nodes [`joint_fit`] may spend before giving up (and not pruning).
+const JOINT_NODES: u32 = 256;
+
+/// Most buffers [`joint_fit`] assigns.
+const JOINT_ITEMS: usize = 24;
+
+/// Whether the `items` from `x` on (largest first) can go into the
+/// `runs` (what each run has left) so that what the runs leave empty is
+/// at most `budget`, each item in one run or in none. `None` when the
+/// node allowance `left` ran out.
+fn joint_fit(
+    runs: &mut [u64],
+    items: &[u64],
+    x: usize,
+    budget: u64,
+    left: &mut u32,
+) -> Option<bool> {
+    let empty: u64 = runs.iter().sum();
+    if empty <= budget {
+        return Some(true);
+    }
+    let rest: u64 = items[x..].iter().sum();
+    if x == items.len() || empty - budget > rest {
+        return Some(false);
+    }
+    if *left == 0 {
+        return None;
+    }
+    *left -= 1;
+    let s = items[x];
+    let mut out = Some(false);
+    for r in 0..runs.len() {
+        // Runs with as much room left are one choice.
+        if runs[r] < s || runs[..r].contains(&runs[r]) {
+            continue;
+        }
+        runs[r] -= s;
+        let v = joint_fit(runs, items, x + 1, budget, left);
+        runs[r] += s;
+        match v {
+            Some(true) => return Some(true),
+            None => out = None,
+            Some(false) => {}
+        }
+    }
+    match joint_fit(runs, items, x + 1, budget, left) {
+        Some(false) => out,
+        v => v,
+    }
+}
+
+/// Nodes of a restart, times the Luby sequence.
+const ROUND_NODES: u64 = 20_000;
+
+/// The Luby sequence 1, 1, 2, 1, 1, 2, 4, ... from `i = 1`.
+fn luby(i: u64) -> u64 {
+    let mut i = i;
+    loop {
+        let k = 64 - i.leading_zeros();
+        if i == (1u64 << k) - 1 {
+            return 1 << (k - 1);
+        }
+        i -= (1u64 << (k - 1)) - 1;
+    }
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Whether the sweep can take `problem` on: lifetimes, nothing pinned, and
+/// not too many buffers.
+pub(crate) fn applies(problem: &Problem) -> bool {
+    matches!(problem.conflicts, ConflictModel::Lifetimes)
+        && problem.buffers.len() <= MAX_BUFFERS
+        && problem.buffers.iter().all(|b| b.pinned_offset.is_none())
+}
+
+/// Looks for a layout of `problem` within `cap` bytes by sweeping time,
+/// until `deadline` or `node_limit` placements. Buffers with no bytes or
+/// an empty lifetime go at offset 0.
+pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u64) -> Outcome {
+    let none = |nodes, limit_hit| Outcome {
+        offsets: None,
+        nodes,
+        limit_hit,
+    };
+    if !applies(problem) {
+        return none(0, false);
+    }
+    let b = &problem.buffers;
+    let real: Vec<usize> = (0..b.len())
+        .filter(|&i| b[i].size > 0 && b[i].lifetime.start < b[i].lifetime.end)
+        .collect();
+    if real.iter().any(|&i| b[i].size > cap) {
+        return none(0, false);
+    }
+    let mut times: Vec<u32> = real.iter().map(|&i| b[i].lifetime.start).collect();
+    times.sort_unstable();
+    times.dedup();
+    let n_events = times.len();
+    let mut starting = vec![Vec::new(); times.len()];
+    for &i in &real {
+        let k = times
+            .binary_search(&b[i].lifetime.start)
+            .expect("every start is an event");
+        starting[k].push(i as u32);
+    }
+    for s in &mut starting {
+        s.sort_unstable_by_key(|&i| {
+            let x = &b[i as usize];
+            (std::cmp::Reverse(x.size), x.lifetime.end, i)
+        });
+    }
+    // Bytes live at each event: a difference array over events.
+    let mut delta = vec![0i128; times.len() + 1];
+    for &i in &real {
+        let k0 = times.partition_point(|&t| t < b[i].lifetime.start);
+        let k1 = times.partition_point(|&t| t < b[i].lifetime.end);
+        delta[k0] += i128::from(b[i].size);
+        delta[k1] -= i128::from(b[i].size);
+    }
+    let mut slack = Vec::with_capacity(times.len());
+    let mut load = 0i128;
+    for d in &delta[..times.len()] {
+        load += d;
+        if load > i128::from(cap) {
+            return none(0, false);
+        }
+        slack.push((i128::from(cap) - load) as u64);
+    }
+    let unit = real.iter().fold(cap, |g, &i| gcd(g, b[i].size)).max(1);
+    let sums: Vec<Option<Bits>> = starting
+        .iter()
+        .map(|s| {
+            (cap / unit <= MAX_UNITS).then(|| {
+                let mut bits = Bits::new(cap / unit);
+                for &i in s {
+                    bits.add(b[i as usize].size / unit);
+                }
+                bits
+            })
+        })
+        .collect();
+    // The buffers starting after event `k` and live at `k + d`.
+    let ahead_sums: Vec<Vec<Bits>> = (0..n_events)
+        .map(|k| {
+            if cap / unit > MAX_UNITS {
+                return Vec::new();
+            }
+            (1..=DEPTH.min(n_events - 1 - k))
+                .map(|d| {
+                    let t = times[k + d];
+                    let mut bits = Bits::new(cap / unit);
+                    for s in &starting[k + 1..=k + d] {
+                        for &i in s {
+                            if b[i as usize].lifetime.end > t {
+                                bits.add(b[i as usize].size / unit);
+                            }
+                        }
+                    }
+                    bits
+                })
+                .collect()
+        })
+        .collect();
+    let ahead_items: Vec<Vec<Vec<u64>>> = (0..n_events)
+        .map(|k| {
+            if cap / unit > MAX_UNITS {
+                return Vec::new();
+            }
+            (1..=DEPTH.min(n_events - 1 - k))
+                .map(|d| {
+                    let t = times[k + d];
+                    let mut v: Vec<u64> = starting[k + 1..=k + d]
+                        .iter()
+                        .flatten()
+                        .filter(|&&i| b[i as usize].lifetime.end > t)
+                        .map(|&i| b[i as usize].size / unit)
+                        .collect();
+                    if v.len() > JOINT_ITEMS {
+                        v.clear();
+                    }
+                    v.sort_unstable_by(|x, y| y.cmp(x));
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    let mut sweep = Sweep {
+        size: b.iter().map(|x| x.size).collect(),
+        end: b.iter().map(|x| x.lifetime.end).collect(),
+        align: b.iter().map(|x| x.align.max(1)).collect(),
+        cap,
+        times,
+        starting,
+        slack,
+        sums,
+        ahead_sums,
+        ahead_items,
+        closed: Vec::new(),
+        unit,
+        offset: vec![0; b.len()],
+        dead: HashSet::new(),
+        nodes: 0,
+        limit: node_limit,
+        deadline,
+        stopped: false,
+        round_end: 0,
+        entered: vec![0; n_events],
+        failed: vec![0; n_events],
+    };
+    // Restarts, each trying candidates in another order (largest first,
+    // then soonest ending, then shuffled), with nodes in the Luby
+    // sequence: the cost is heavy-tailed in the order. Dead frontiers stay
+    // dead across restarts (a frontier's verdict does not depend on the
+    // order).
+    let mut r = None;
+    let mut seed = 0x5eed_u64;
+    for round in 0u64.. {
+        match round {
+            0 => {}
+            1 => {
+                for s in &mut sweep.starting {
+                    s.sort_unstable_by_key(|&i| {
+                        let x = &b[i as usize];
+                        (x.lifetime.end, std::cmp::Reverse(x.size), i)
+                    });
+                }
+            }
+            _ => {
+                for s in &mut sweep.starting {
+                    for j in (1..s.len()).rev() {
+                        seed = splitmix(seed);
+                        s.swap(j, (seed % (j as u64 + 1)) as usize);
+                    }
+                }
+            }
+        }
+        sweep.round_end = sweep.nodes + ROUND_NODES * luby(round + 1);
+        r = sweep.solve(0, &[]);
+        if r.is_some() || sweep.stopped {
+            break;
+        }
+    }
+    if std::env::var_os("STOW_PLAN_TRACE").is_some() {
+        let deepest = sweep.entered.iter().rposition(|&e| e > 0).unwrap_or(0);
+        let busiest: Vec<String> = {
+            let mut v: Vec<usize> = (0..n_events).collect();
+            v.sort_by_key(|&k| std::cmp::Reverse(sweep.entered[k]));
+            v.iter()
+                .take(8)
+                .map(|&k| {
+                    format!(
+                        "{k}:{}/{}({})",
+                        sweep.failed[k],
+                        sweep.entered[k],
+                        sweep.starting[k].len()
+                    )
+                })
+                .collect()
+        };
+        eprintln!(
+            "sweep: cap {cap}, {} nodes, {} events, deepest {deepest}, {} dead frontiers, busiest event:failed/entered(starting) {}",
+            sweep.nodes,
+            n_events,
+            sweep.dead.len(),
+            busiest.join(" ")
+        );
+    }
+    Outcome {
+        offsets: (r == Some(true)).then(|| sweep.offset.clone()),
+        nodes: sweep.nodes,
+        limit_hit: r.is_none(),
+    }
+}
