@@ -50,8 +50,6 @@ pub(crate) struct Outcome {
     pub offsets: Option<Vec<u64>>,
     /// Placements tried.
     pub nodes: u64,
-    /// True when the time or node limit stopped it.
-    pub limit_hit: bool,
 }
 
 /// Subset sums as a bitset over units.
@@ -569,20 +567,19 @@ pub(crate) fn applies(problem: &Problem) -> bool {
 /// until `deadline` or `node_limit` placements. Buffers with no bytes or
 /// an empty lifetime go at offset 0.
 pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u64) -> Outcome {
-    let none = |nodes, limit_hit| Outcome {
+    let none = |nodes| Outcome {
         offsets: None,
         nodes,
-        limit_hit,
     };
     if !applies(problem) {
-        return none(0, false);
+        return none(0);
     }
     let b = &problem.buffers;
     let real: Vec<usize> = (0..b.len())
         .filter(|&i| b[i].size > 0 && b[i].lifetime.start < b[i].lifetime.end)
         .collect();
     if real.iter().any(|&i| b[i].size > cap) {
-        return none(0, false);
+        return none(0);
     }
     let mut times: Vec<u32> = real.iter().map(|&i| b[i].lifetime.start).collect();
     times.sort_unstable();
@@ -614,7 +611,7 @@ pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u
     for d in &delta[..times.len()] {
         load += d;
         if load > i128::from(cap) {
-            return none(0, false);
+            return none(0);
         }
         slack.push((i128::from(cap) - load) as u64);
     }
@@ -760,6 +757,5 @@ pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u
     Outcome {
         offsets: (r == Some(true)).then(|| sweep.offset.clone()),
         nodes: sweep.nodes,
-        limit_hit: r.is_none(),
     }
 }
