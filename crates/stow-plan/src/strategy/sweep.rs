@@ -759,3 +759,6 @@ pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u
         nodes: sweep.nodes,
     }
 }
+
+#[cfg(test)]
+mod tests;
