@@ -50,6 +50,46 @@ fn valid(p: &Problem, offsets: &[u64], cap: u64) -> bool {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("big") && args.len() == 4 {
+        // `sweep big uniform|challenging SEED NODES`: a perfect 1 MiB cut
+        // rectangle; HINT=N tries the construction's order first at the
+        // first N start times.
+        let profile = CutProfile {
+            drop: 0,
+            ..if args[1] == "uniform" {
+                CutProfile::UNIFORM
+            } else {
+                CutProfile::CHALLENGING
+            }
+        };
+        let seed: u64 = args[2].parse().expect("a seed");
+        let limit: u64 = args[3].parse().expect("a node limit");
+        let (p, at) = cut_arena(seed, 1 << 20, 1 << 20, profile);
+        let events: usize = std::env::var("HINT")
+            .ok()
+            .map_or(0, |h| h.parse().expect("a count"));
+        let secs = std::env::var("SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60.0);
+        let t = Instant::now();
+        let (found, nodes) = stow_plan::testing::sweep_pack_hinted(
+            &p,
+            1 << 20,
+            limit,
+            Instant::now() + Duration::from_secs_f64(secs),
+            &at,
+            events,
+        );
+        let ok = found.as_ref().is_some_and(|o| valid(&p, o, 1 << 20));
+        println!(
+            "{} buffers, hint at {events} events: {} in {nodes} nodes, {:.3} s",
+            p.buffers.len(),
+            if ok { "packed" } else { "not packed" },
+            t.elapsed().as_secs_f64()
+        );
+        return;
+    }
     if args.len() == 2 {
         let text = std::fs::read_to_string(&args[0]).expect("a readable trace");
         let p = parse_intervals(&text).expect("an interval trace");

@@ -397,3 +397,24 @@ pub fn sweep_pack(
     let o = crate::strategy::sweep::pack(problem, cap, deadline, node_limit);
     (o.offsets, o.nodes)
 }
+
+/// [`sweep_pack`] with the candidates of the first `events` start times
+/// tried in the order of the layout `hint` first (an experiment: how much
+/// of the sweep's cost is the order at those events).
+pub fn sweep_pack_hinted(
+    problem: &Problem,
+    cap: u64,
+    node_limit: u64,
+    deadline: std::time::Instant,
+    hint: &[u64],
+    events: usize,
+) -> (Option<Vec<u64>>, u64) {
+    let o = crate::strategy::sweep::pack_hinted(
+        problem,
+        cap,
+        deadline,
+        node_limit,
+        Some((hint, events)),
+    );
+    (o.offsets, o.nodes)
+}

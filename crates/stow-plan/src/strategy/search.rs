@@ -111,34 +111,13 @@ pub(crate) fn run(
         };
     }
     let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
-    let mut swept = 0;
-    if options.sweep_permille > 0
-        && height(problem, &offsets) > target
-        && super::sweep::applies(problem)
-    {
-        // The time sweep first, with its share of the time: it packs
-        // perfect and near-perfect packings the offset-ordered search
-        // below does not, and proves nothing when it fails.
-        let now = Instant::now();
-        let share = f64::from(options.sweep_permille.min(1000)) / 1000.0;
-        let until = now + deadline.saturating_duration_since(now).mul_f64(share);
-        let o = super::sweep::pack(problem, target, until, (nodes_left as f64 * share) as u64);
-        nodes_left = nodes_left.saturating_sub(o.nodes);
-        swept = o.nodes;
-        if let Some(found) = o.offsets.filter(|f| height(problem, f) <= target) {
-            let arena = height(problem, &found);
-            return Attempt {
-                offsets: found,
-                strategy: Strategy::Search,
-                proven_optimal: arena <= bound,
-                checked: false,
-                stats: PlanStats {
-                    nodes: o.nodes,
-                    ..PlanStats::default()
-                },
-            };
-        }
+    // The time sweep first, with its share of the time (off by default).
+    let (first, swept) =
+        super::sweep::first_share(problem, options, &offsets, target, bound, deadline);
+    if let Some(found) = first {
+        return found;
     }
+    nodes_left = nodes_left.saturating_sub(swept);
     let parts = if flags.decompose {
         partitions(problem, &active)
     } else {
