@@ -1,16 +1,19 @@
-//! A probe of the lead docs/PLANNER.md names after branch plan6: search
-//! perfect packings by sweeping time instead of offset, remembering dead
-//! frontiers. `cargo run --release -p stow-plan --features testing
-//! --example sweep -- GRID SEEDS NODES [FIRST_SEED]` packs perfect cut
-//! rectangles (as `cutbench` with 0 % dropped) and prints how many it packs
-//! within the node limit; `sweep FILE NODES` packs an interval trace at its
-//! lower bound. Perfect packings only: every step is full, so the buffers
-//! starting at a time must tile exactly the bytes freed by those ending
-//! there. `NOMEMO=1`: without remembering dead frontiers.
+//! The time sweep (`strategy/sweep.rs`, docs/PLANNER.md "The time sweep
+//! search") alone, on small cut rectangles and on trace files:
 //!
-//! The state after each event time is the frontier (the live buffers with
-//! their offsets): what can follow depends on nothing else, so a frontier
-//! from which the rest failed is dead whatever led to it.
+//! ```sh
+//! cargo run --release -p stow-plan --features testing --example sweep -- GRID SEEDS NODES [FIRST_SEED]
+//! cargo run --release -p stow-plan --features testing --example sweep -- FILE NODES
+//! cargo run --release -p stow-plan --features testing --example sweep -- big uniform|challenging SEED NODES
+//! ```
+//!
+//! The first packs GRID × GRID cut rectangles (pieces as in `cutbench`;
+//! `DROP=PERCENT` of them dropped, 0 by default) at their bound and prints
+//! how many it packs within the node limit; the second packs an interval
+//! trace at its lower bound (`CAP=BYTES` for another cap); the third a
+//! perfect 1 MiB cut rectangle, with `HINT=N` trying the construction's
+//! own order first at the first N start times. `SECS` limits the time (60
+//! by default). Every layout is checked pairwise here.
 
 use std::time::{Duration, Instant};
 use stow_plan::testing::{cut_arena, parse_intervals, sweep_pack, CutProfile};
@@ -18,7 +21,7 @@ use stow_plan::{lower_bound, Problem};
 
 /// Packs `p` within `cap` by the library's sweep: the layout, and the
 /// nodes it took.
-fn pack(p: &Problem, cap: u64, limit: u64) -> (Option<Vec<u64>>, u64, u64) {
+fn pack(p: &Problem, cap: u64, limit: u64) -> (Option<Vec<u64>>, u64) {
     let secs = std::env::var("SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -29,7 +32,7 @@ fn pack(p: &Problem, cap: u64, limit: u64) -> (Option<Vec<u64>>, u64, u64) {
         limit,
         Instant::now() + Duration::from_secs_f64(secs),
     );
-    (o, nodes, 0)
+    (o, nodes)
 }
 
 /// Pairwise check, independent of the sweep: no two buffers live together
@@ -94,12 +97,14 @@ fn main() {
         let text = std::fs::read_to_string(&args[0]).expect("a readable trace");
         let p = parse_intervals(&text).expect("an interval trace");
         let limit: u64 = args[1].parse().expect("a node limit");
-        let cap = lower_bound(&p);
+        let cap = std::env::var("CAP")
+            .ok()
+            .map_or_else(|| lower_bound(&p), |c| c.parse().expect("bytes"));
         let t = Instant::now();
-        let (found, nodes, hits) = pack(&p, cap, limit);
+        let (found, nodes) = pack(&p, cap, limit);
         let ok = found.as_ref().is_some_and(|o| valid(&p, o, cap));
         println!(
-            "{} buffers, cap {cap}: {} in {nodes} nodes ({hits} dead frontiers met), {:.3} s",
+            "{} buffers, cap {cap}: {} in {nodes} nodes, {:.3} s",
             p.buffers.len(),
             if ok { "packed" } else { "not packed" },
             t.elapsed().as_secs_f64()
@@ -123,12 +128,11 @@ fn main() {
             .and_then(|d| d.parse().ok())
             .unwrap_or(0),
     };
-    let (mut packed, mut spent, mut hits) = (0, 0, 0);
+    let (mut packed, mut spent) = (0, 0);
     let t = Instant::now();
     for seed in first..first + seeds {
         let (p, _) = cut_arena(seed, grid, grid as u32, profile);
-        let (found, nodes, h) = pack(&p, grid, limit);
-        hits += h;
+        let (found, nodes) = pack(&p, grid, limit);
         if let Some(o) = found {
             assert!(valid(&p, &o, grid), "seed {seed}: an invalid layout");
             packed += 1;
@@ -136,7 +140,7 @@ fn main() {
         }
     }
     println!(
-        "grid {grid}: {packed}/{seeds} packed within {limit} nodes ({spent} nodes on those, {hits} dead frontiers met, {:.2} s)",
+        "grid {grid}: {packed}/{seeds} packed within {limit} nodes ({spent} nodes on those, {:.2} s)",
         t.elapsed().as_secs_f64()
     );
 }

@@ -169,7 +169,7 @@ impl Sweep {
     /// filled only by buffers starting after event `k`.
     fn forced_waste(&self, k: usize, d: usize, len: u64) -> u64 {
         match self.ahead_sums[k].get(d - 1) {
-            Some(bits) if len % self.unit == 0 => {
+            Some(bits) if len.is_multiple_of(self.unit) => {
                 len - bits.best_below(len / self.unit) * self.unit
             }
             _ => 0,
@@ -199,7 +199,7 @@ impl Sweep {
                         return false;
                     }
                     let items = &self.ahead_items[k][d - 1];
-                    if d <= JOINT_DEPTH && !items.is_empty() && (lo - o) % self.unit == 0 {
+                    if d <= JOINT_DEPTH && !items.is_empty() && (lo - o).is_multiple_of(self.unit) {
                         let tag = (k as u32, d as u8);
                         self.closed.push((tag.0, tag.1, (lo - o) / self.unit));
                         let mut runs: Vec<u64> = self
@@ -399,7 +399,11 @@ impl Sweep {
         for x in 0..ev.new.len() {
             let i = ev.new[x];
             let (s, e) = (self.size[i as usize], self.end[i as usize]);
-            if used[x] || s > room || tried.contains(&(s, e)) || at % self.align[i as usize] != 0 {
+            if used[x]
+                || s > room
+                || tried.contains(&(s, e))
+                || !at.is_multiple_of(self.align[i as usize])
+            {
                 continue; // Buffers alike in size and end are one choice.
             }
             tried.push((s, e));
@@ -430,7 +434,7 @@ impl Sweep {
         // the run can still be filled exactly by the unused buffers (or
         // the whole rest of it): the few smallest such holes.
         let mut holes: Vec<u64> = Vec::new();
-        if self.sums[k].is_some() && room % self.unit == 0 {
+        if self.sums[k].is_some() && room.is_multiple_of(self.unit) {
             let mut bits = Bits::new(self.cap / self.unit);
             for (x, &i) in ev.new.iter().enumerate() {
                 if !used[x] {
