@@ -9,24 +9,27 @@
 //! dead whatever led to it. Unlike the offset-ordered search, a wrong
 //! choice is refuted within its column of time.
 //!
-//! Where a time has slack (the bytes free exceed what starts there), the
-//! sweep may leave the rest of a free run empty; it never tries a buffer
-//! part way up a run with room left below it, so it is incomplete there
+//! Where a time has slack (the bytes free exceed what starts there), a
+//! run may get one hole, after which the rest of it is filled exactly; the
+//! sweep tries only the smallest few such holes, so it is incomplete there
 //! and a failure proves nothing (callers never claim infeasibility from
 //! it). On perfect packings every free byte must be filled and the sweep
 //! is complete over layouts in which buffers alike in size and end are
 //! interchangeable.
 //!
-//! Pruning, at each placement: the runs free at the *next* event that lie
-//! wholly below the current offset (closed by a buffer live across that
-//! event) must each be filled by buffers starting there up to that
-//! event's slack (subset sums of their sizes, a bitset), and when a run of
-//! the current event is entered, the rest of its runs must be fillable by
-//! the unused buffers of this event within its slack.
+//! Pruning, at each placement: the runs free at each of the next
+//! [`DEPTH`] events that lie wholly below the current offset (closed by
+//! buffers live across that event) can only be filled by buffers starting
+//! after this event and live at that one, so what they must leave empty
+//! (subset sums of those sizes, a bitset) must fit that event's slack;
+//! for the next event they are also checked together ([`joint_fit`]).
+//! When a run of the current event is entered, the rest of its runs must
+//! be fillable by the unused buffers of this event within its slack.
 
 use super::{height, Attempt, PlanStats, Strategy};
 use crate::problem::{ConflictModel, Problem};
 use crate::PlanOptions;
+use fill::{gcd, joint_fit, luby, splitmix, Bits, JOINT_ITEMS, JOINT_NODES};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
@@ -41,9 +44,21 @@ const DEPTH: usize = 16;
 /// A buffer index standing for the arena's top in [`Sweep::feed`].
 const TOP: u32 = u32::MAX;
 
-/// Most buffers the sweep takes on: its recursion goes one frame per
-/// placement.
-pub(crate) const MAX_BUFFERS: usize = 20_000;
+/// How many events ahead the closed runs are also checked together
+/// ([`joint_fit`]): further ahead the assignment searches cost more than
+/// they save (perfect 1 MiB cut rectangles: 10,000-35,000 placements a
+/// second checking 16 events ahead, 450,000 checking one).
+const JOINT_DEPTH: usize = 1;
+
+/// Nodes of a restart, times the Luby sequence.
+const ROUND_NODES: u64 = 20_000;
+
+/// Most buffers the sweep takes on: its recursion goes a frame or two per
+/// placement (under a kilobyte each), on a thread of [`STACK`] bytes.
+pub(crate) const MAX_BUFFERS: usize = 4_096;
+
+/// The sweep's thread's stack.
+const STACK: usize = 64 << 20;
 
 /// What [`pack`] found.
 #[derive(Debug)]
@@ -52,53 +67,6 @@ pub(crate) struct Outcome {
     pub offsets: Option<Vec<u64>>,
     /// Placements tried.
     pub nodes: u64,
-}
-
-/// Subset sums as a bitset over units.
-#[derive(Clone)]
-struct Bits(Vec<u64>);
-
-impl Bits {
-    fn new(units: u64) -> Self {
-        let mut b = Bits(vec![0; (units as usize + 1).div_ceil(64)]);
-        b.0[0] = 1;
-        b
-    }
-
-    /// Adds an item of `s` units: every sum so far, plus `s`.
-    fn add(&mut self, s: u64) {
-        let (w, r) = ((s / 64) as usize, (s % 64) as u32);
-        let n = self.0.len();
-        for i in (0..n).rev() {
-            if i < w {
-                break;
-            }
-            let lo = self.0[i - w] << r;
-            let hi = if r > 0 && i > w {
-                self.0[i - w - 1] >> (64 - r)
-            } else {
-                0
-            };
-            self.0[i] |= lo | hi;
-        }
-    }
-
-    /// The largest sum at most `x` units.
-    fn best_below(&self, x: u64) -> u64 {
-        let top = (x as usize).min(self.0.len() * 64 - 1);
-        let (mut w, r) = (top / 64, top % 64);
-        let mut word = self.0[w] & (u64::MAX >> (63 - r));
-        loop {
-            if word != 0 {
-                return (w * 64 + 63 - word.leading_zeros() as usize) as u64;
-            }
-            if w == 0 {
-                return 0;
-            }
-            w -= 1;
-            word = self.0[w];
-        }
-    }
 }
 
 struct Sweep {
@@ -480,93 +448,6 @@ impl Sweep {
 /// Most hole sizes tried at one place.
 const MAX_HOLES: usize = 3;
 
-/// Nodes [`joint_fit`] may spend before giving up (and not pruning).
-const JOINT_NODES: u32 = 256;
-
-/// How many events ahead the closed runs are also checked together
-/// ([`joint_fit`]): further ahead the assignment searches cost more than
-/// they save (perfect 1 MiB cut rectangles: 10,000-35,000 placements a
-/// second checking 16 events ahead, 450,000 checking one).
-const JOINT_DEPTH: usize = 1;
-
-/// Most buffers [`joint_fit`] assigns.
-const JOINT_ITEMS: usize = 24;
-
-/// Whether the `items` from `x` on (largest first) can go into the
-/// `runs` (what each run has left) so that what the runs leave empty is
-/// at most `budget`, each item in one run or in none. `None` when the
-/// node allowance `left` ran out.
-fn joint_fit(
-    runs: &mut [u64],
-    items: &[u64],
-    x: usize,
-    budget: u64,
-    left: &mut u32,
-) -> Option<bool> {
-    let empty: u64 = runs.iter().sum();
-    if empty <= budget {
-        return Some(true);
-    }
-    let rest: u64 = items[x..].iter().sum();
-    if x == items.len() || empty - budget > rest {
-        return Some(false);
-    }
-    if *left == 0 {
-        return None;
-    }
-    *left -= 1;
-    let s = items[x];
-    let mut out = Some(false);
-    for r in 0..runs.len() {
-        // Runs with as much room left are one choice.
-        if runs[r] < s || runs[..r].contains(&runs[r]) {
-            continue;
-        }
-        runs[r] -= s;
-        let v = joint_fit(runs, items, x + 1, budget, left);
-        runs[r] += s;
-        match v {
-            Some(true) => return Some(true),
-            None => out = None,
-            Some(false) => {}
-        }
-    }
-    match joint_fit(runs, items, x + 1, budget, left) {
-        Some(false) => out,
-        v => v,
-    }
-}
-
-/// Nodes of a restart, times the Luby sequence.
-const ROUND_NODES: u64 = 20_000;
-
-/// The Luby sequence 1, 1, 2, 1, 1, 2, 4, ... from `i = 1`.
-fn luby(i: u64) -> u64 {
-    let mut i = i;
-    loop {
-        let k = 64 - i.leading_zeros();
-        if i == (1u64 << k) - 1 {
-            return 1 << (k - 1);
-        }
-        i -= (1u64 << (k - 1)) - 1;
-    }
-}
-
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 /// The sweep's share of a `search` decision ([`PlanOptions::sweep_permille`]
 /// of the time and of the node limit, before the search): a layout within
 /// `target` when it finds one, and the nodes it spent.
@@ -626,6 +507,28 @@ pub(crate) fn pack(problem: &Problem, cap: u64, deadline: Instant, node_limit: u
 /// the first try: to measure how much of the cost is the order at those
 /// events.
 pub(crate) fn pack_hinted(
+    problem: &Problem,
+    cap: u64,
+    deadline: Instant,
+    node_limit: u64,
+    hint: Option<(&[u64], usize)>,
+) -> Outcome {
+    // On its own thread: the caller's stack may be small (2 MiB on test
+    // threads) for a recursion as deep as the buffers.
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn_scoped(s, || sweep(problem, cap, deadline, node_limit, hint))
+            .ok()
+            .and_then(|t| t.join().ok())
+    })
+    .unwrap_or(Outcome {
+        offsets: None,
+        nodes: 0,
+    })
+}
+
+fn sweep(
     problem: &Problem,
     cap: u64,
     deadline: Instant,
@@ -831,5 +734,6 @@ pub(crate) fn pack_hinted(
     }
 }
 
+mod fill;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Unit tests of the sweep's subset sums, joint fit and restart sequence
 //! against brute force.
 
-use super::*;
+use super::fill::*;
 
 /// Every subset sum of `items` (brute force).
 fn sums(items: &[u64]) -> Vec<u64> {
