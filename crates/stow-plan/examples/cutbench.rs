@@ -41,6 +41,10 @@ fn main() {
         options.search.row_inference = std::env::var_os("ROWS").is_some();
         // MEMO=1: with the memo of dead states (off by default).
         options.search.memo = std::env::var_os("MEMO").is_some();
+        // SWEEP=PERMILLE: the time sweep first with that share of the time.
+        options.sweep_permille = std::env::var("SWEEP")
+            .ok()
+            .map_or(0, |v| v.parse().expect("thousandths"));
         match plan(&p, &options) {
             Ok(found) => {
                 assert!(check(&p, &found).is_ok(), "seed {seed}: checker");

@@ -85,6 +85,10 @@ fn main() {
                 _ => {}
             }
         }
+        // SWEEP=PERMILLE: the time sweep first with that share of the time.
+        options.sweep_permille = std::env::var("SWEEP")
+            .ok()
+            .map_or(0, |v| v.parse().expect("thousandths"));
         let t = Instant::now();
         match plan(&problem, &options) {
             Ok(p) => {

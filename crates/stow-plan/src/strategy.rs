@@ -14,6 +14,7 @@ mod naive;
 mod peak;
 mod pools;
 mod search;
+pub(crate) mod sweep;
 
 /// A planning strategy, selectable by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -234,6 +235,14 @@ pub struct PlanOptions {
     /// is the same on every run unless the time limit cuts the search
     /// short; only the node limit decides which preorder's layout is used.
     pub threads: Option<usize>,
+    /// Share of a `search` decision's time, in thousandths, given first to
+    /// the time sweep (`strategy/sweep.rs`: a search in time order made
+    /// for perfect and near-perfect packings; docs/PLANNER.md, "The time
+    /// sweep search"), on traces of lifetimes without pinned buffers when
+    /// the seed does not meet the goal. 0 (the default): off. The sweep
+    /// never proves that no layout exists; whatever it finds goes through
+    /// the checker like any other layout.
+    pub sweep_permille: u32,
     /// With pools: the order in which buffers not pinned to a pool are
     /// offered to the bounded pools, by buffer index (buffers it leaves out
     /// follow, largest first). `None`: largest first. A compiler that knows
@@ -251,6 +260,7 @@ impl Default for PlanOptions {
             search: SearchOptions::DEFAULT,
             peak_rounds: 32,
             threads: None,
+            sweep_permille: 0,
             admission: None,
         }
     }

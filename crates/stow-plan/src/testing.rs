@@ -382,3 +382,39 @@ pub fn write_intervals(problem: &Problem, comment: &str) -> String {
     }
     out
 }
+
+/// The time sweep alone (see `strategy/sweep.rs`): a layout of `problem`
+/// within `cap` bytes, or `None` (not found within `node_limit`
+/// placements or by `deadline`: the sweep is incomplete where there is
+/// slack, so `None` proves nothing); and the placements it tried. The
+/// layout has not been checked.
+pub fn sweep_pack(
+    problem: &Problem,
+    cap: u64,
+    node_limit: u64,
+    deadline: std::time::Instant,
+) -> (Option<Vec<u64>>, u64) {
+    let o = crate::strategy::sweep::pack(problem, cap, deadline, node_limit);
+    (o.offsets, o.nodes)
+}
+
+/// [`sweep_pack`] with the candidates of the first `events` start times
+/// tried in the order of the layout `hint` first (an experiment: how much
+/// of the sweep's cost is the order at those events).
+pub fn sweep_pack_hinted(
+    problem: &Problem,
+    cap: u64,
+    node_limit: u64,
+    deadline: std::time::Instant,
+    hint: &[u64],
+    events: usize,
+) -> (Option<Vec<u64>>, u64) {
+    let o = crate::strategy::sweep::pack_hinted(
+        problem,
+        cap,
+        deadline,
+        node_limit,
+        Some((hint, events)),
+    );
+    (o.offsets, o.nodes)
+}

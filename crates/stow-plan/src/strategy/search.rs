@@ -110,6 +110,14 @@ pub(crate) fn run(
             },
         };
     }
+    let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
+    // The time sweep first, with its share of the time (off by default).
+    let (first, swept) =
+        super::sweep::first_share(problem, options, &offsets, target, bound, deadline);
+    if let Some(found) = first {
+        return found;
+    }
+    nodes_left = nodes_left.saturating_sub(swept);
     let parts = if flags.decompose {
         partitions(problem, &active)
     } else {
@@ -121,8 +129,10 @@ pub(crate) fn run(
             .max()
             .unwrap_or(0)
     };
-    let mut stats = PlanStats::default();
-    let mut nodes_left = options.node_limit.unwrap_or(u64::MAX);
+    let mut stats = PlanStats {
+        nodes: swept,
+        ..PlanStats::default()
+    };
     let run = Run {
         deadline,
         threads: options
