@@ -648,27 +648,46 @@ mod tests {
             let weight: Vec<f32> = (0..opg * s.k()).map(|i| value(i, 5)).collect();
             let bias: Vec<f32> = (0..opg).map(|i| value(i, 6)).collect();
             let want = naive(&s, &x, &weight, &bias);
-            let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
-            let scratch: Vec<Cell<f32>> = (0..s.scratch_elems()).map(|_| Cell::new(0.0)).collect();
+            let out = conv_in_parts(&s, (&x, &weight, &bias), 1);
+            assert_near(&out, &want, &format!("{:?}", s.window));
+        }
+    }
+
+    /// The convolution `s` of `x` with `weight` plus `bias`, computed in
+    /// `parts` shares as threads would.
+    fn conv_in_parts(
+        s: &ConvShape,
+        (x, weight, bias): (&[f32], &[f32], &[f32]),
+        parts: usize,
+    ) -> Vec<Cell<f32>> {
+        let out: Vec<Cell<f32>> = (0..s.batch * s.groups * s.out_per_group * s.n())
+            .map(|_| Cell::new(f32::NAN))
+            .collect();
+        let scratch: Vec<Cell<f32>> = (0..s.scratch_elems()).map(|_| Cell::new(0.0)).collect();
+        for part in 0..parts {
             conv(
-                &s,
+                s,
                 None,
-                Src::Weight(&x),
-                Src::Weight(&weight),
-                Some(Src::Weight(&bias)),
+                Src::Weight(x),
+                Src::Weight(weight),
+                Some(Src::Weight(bias)),
                 &out,
                 Finish::Keep,
                 &scratch,
-                (0, 1),
+                (part, parts),
             );
-            for (i, (o, w)) in out.iter().zip(&want).enumerate() {
-                assert!(
-                    (o.get() - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                    "{:?}: output {i} is {} not {w}",
-                    s.window,
-                    o.get()
-                );
-            }
+        }
+        out
+    }
+
+    fn assert_near(out: &[Cell<f32>], want: &[f32], case: &str) {
+        assert_eq!(out.len(), want.len(), "{case}");
+        for (i, (o, w)) in out.iter().zip(want).enumerate() {
+            assert!(
+                (o.get() - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{case}: output {i} is {} not {w}",
+                o.get()
+            );
         }
     }
 
@@ -822,29 +841,12 @@ mod tests {
             let bias: Vec<f32> = (0..groups * opg).map(|i| value(i, 3)).collect();
             let want = naive(&s, &x, &weight, &bias);
             for parts in [1, 3] {
-                let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
+                let out = conv_in_parts(&s, (&x, &weight, &bias), parts);
+                let case =
+                    format!("input {input:?} kernel {kernel:?} strides {strides:?}, {parts} parts");
+                assert_near(&out, &want, &case);
                 let scratch: Vec<Cell<f32>> =
                     (0..s.scratch_elems()).map(|_| Cell::new(0.0)).collect();
-                for part in 0..parts {
-                    conv(
-                        &s,
-                        None,
-                        Src::Weight(&x),
-                        Src::Weight(&weight),
-                        Some(Src::Weight(&bias)),
-                        &out,
-                        Finish::Keep,
-                        &scratch,
-                        (part, parts),
-                    );
-                }
-                for (i, (o, w)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (o.get() - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                        "input {input:?} kernel {kernel:?} strides {strides:?}, {parts} parts: output {i} is {} not {w}",
-                        o.get()
-                    );
-                }
                 // An activation merged into the convolution gives the
                 // bytes of its element-wise step run after it.
                 let clamp = gemm::Clamp {
