@@ -404,6 +404,7 @@ mod bytes {
         }
     }
 
+    #[cfg(all(target_arch = "x86_64", feature = "std"))]
     fn is_f32<T: Ordered>() -> bool {
         TypeId::of::<T>() == TypeId::of::<f32>()
     }
