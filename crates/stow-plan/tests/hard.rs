@@ -7,39 +7,10 @@
 
 use std::time::Duration;
 use stow_plan::testing::{cut_arena, CutProfile};
-use stow_plan::{check, lower_bound, plan, Plan, PlanOptions, PoolId, Problem, Strategy};
+use stow_plan::{check, lower_bound, plan, Plan, PlanOptions, Problem, Strategy};
 
-/// Small pieces on a 32 × 32 grid: 20–35 buffers, some of which take the
-/// search thousands of nodes. (Perfect packings of 60–90 such pieces are
-/// past what the search solves in 200,000 nodes for about half the seeds:
-/// see BENCHMARKS.md.)
-const SMALL: CutProfile = CutProfile {
-    size: (4, 16),
-    life: (3, 16),
-    merge: 40,
-    quantum: 1,
-    drop: 0,
-};
-
-fn as_plan(problem: &Problem, offsets: Vec<u64>) -> Plan {
-    let arena = problem
-        .buffers
-        .iter()
-        .zip(&offsets)
-        .map(|(b, o)| o + b.size)
-        .max()
-        .unwrap_or(0);
-    Plan {
-        offsets,
-        arena_bytes: arena,
-        lower_bound: lower_bound(problem),
-        strategy: Strategy::Search,
-        optimal: false,
-        stats: Default::default(),
-        pool: vec![PoolId(0); problem.buffers.len()],
-        pool_bytes: vec![arena],
-    }
-}
+mod common;
+use common::{as_plan, SMALL};
 
 fn search(problem: &Problem, capacity: Option<u64>, threads: usize) -> Plan {
     let options = PlanOptions {

@@ -6,35 +6,10 @@
 
 use std::time::{Duration, Instant};
 use stow_plan::testing::{cut_arena, random_lifetimes, sweep_pack, CutProfile};
-use stow_plan::{check, lower_bound, plan, Plan, PlanOptions, PoolId, Problem, Strategy};
+use stow_plan::{check, lower_bound, plan, PlanOptions, Strategy};
 
-const SMALL: CutProfile = CutProfile {
-    size: (4, 16),
-    life: (3, 16),
-    merge: 40,
-    quantum: 1,
-    drop: 0,
-};
-
-fn as_plan(problem: &Problem, offsets: Vec<u64>) -> Plan {
-    let arena = problem
-        .buffers
-        .iter()
-        .zip(&offsets)
-        .map(|(b, o)| o + b.size)
-        .max()
-        .unwrap_or(0);
-    Plan {
-        offsets,
-        arena_bytes: arena,
-        lower_bound: lower_bound(problem),
-        strategy: Strategy::Search,
-        optimal: false,
-        stats: Default::default(),
-        pool: vec![PoolId(0); problem.buffers.len()],
-        pool_bytes: vec![arena],
-    }
-}
+mod common;
+use common::{as_plan, SMALL};
 
 fn far() -> Instant {
     Instant::now() + Duration::from_secs(600)
