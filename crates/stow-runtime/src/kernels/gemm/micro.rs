@@ -193,9 +193,9 @@ fn micro_kernel_avx2<A: Load<f32>, B: Load<f32>>(
 /// one B panel (`kc × NR`), each a packed scratch block or a weight packed
 /// at compile time, to C at row `i`, column `j` (its top-left `rows ×
 /// cols`; stored over C from the rows' starting values instead, when
-/// `end.0` holds them), each sum then through `end.1`. With FMA the
-/// addition into C is compiled for AVX2 too, and the tile never leaves
-/// the registers.
+/// `end.0` holds them), each sum then through `end.1`. With AVX-512 the
+/// tile is sixteen lanes wide in registers, with FMA eight; either way
+/// the addition into C is compiled for the same instruction set.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
