@@ -317,7 +317,7 @@ macro_rules! with_finish {
 }
 
 mod micro;
-pub(crate) use micro::{fma_available, micro_kernel, micro_kernel_pair, Isa};
+pub(crate) use micro::{add_tile, fma_available, micro_kernel, micro_kernel_pair, Isa};
 
 /// What each element of C goes through once its sum is complete: an
 /// activation merged into the product at setup, applied to the tile in

@@ -373,6 +373,30 @@ pub fn conv(
     out: &[Cell<f32>],
     finish: Finish,
     scratch: &[Cell<f32>],
+    share: (usize, usize),
+) {
+    let direct = super::direct::applies(s);
+    conv_as(
+        s,
+        (packed, direct),
+        (x, weight, bias),
+        out,
+        finish,
+        scratch,
+        share,
+    )
+}
+
+/// [`conv`], its packed kernel `packed.0` read against the image as it
+/// lies when `packed.1` (which [`super::direct::can`] must allow), else
+/// against im2col panels.
+pub(super) fn conv_as(
+    s: &ConvShape,
+    (packed, direct): (Option<&Panels>, bool),
+    (x, weight, bias): (Src<'_, f32>, Src<'_, f32>, Option<Src<'_, f32>>),
+    out: &[Cell<f32>],
+    finish: Finish,
+    scratch: &[Cell<f32>],
     (part, parts): (usize, usize),
 ) {
     if s.depthwise() {
@@ -429,6 +453,8 @@ pub fn conv(
                         cols: n,
                     };
                     group.product(&b, &dst, scratch, cols.clone())
+                } else if let Some(p) = packed.filter(|_| direct) {
+                    super::direct::conv(s, p, g, wt, xs, in_base, &dst, scratch, cols.clone())
                 } else {
                     let b = Im2col {
                         data: xs,

@@ -16,6 +16,7 @@ pub mod cells;
 pub mod contract;
 mod depthwise;
 pub mod depthwise_inplace;
+mod direct;
 pub mod elementwise;
 pub mod float;
 pub mod fourier;

@@ -428,6 +428,15 @@ mod bytes {
                     x86::max3_stride2_f32(s.ptr().cast(), m.as_mut_ptr().cast(), m.len())
                 };
             }
+            #[cfg(all(target_arch = "x86_64", feature = "std"))]
+            if is_f32::<T>() && std::is_x86_feature_detected!("avx2") {
+                assert!(s.count() > 2 * m.len());
+                // SAFETY: as above, with AVX2.
+                #[allow(unsafe_code)]
+                return unsafe {
+                    x86::max3_stride2_f32_avx2(s.ptr().cast(), m.as_mut_ptr().cast(), m.len())
+                };
+            }
             return 0;
         };
         assert!(s.count() > 2 * m.len());
@@ -461,6 +470,14 @@ mod bytes {
                 // `f32` (checked above) and both slices hold `n` of them.
                 #[allow(unsafe_code)]
                 return unsafe { x86::max_into_f32(v.as_ptr().cast(), m.as_mut_ptr().cast(), n) };
+            }
+            #[cfg(all(target_arch = "x86_64", feature = "std"))]
+            if is_f32::<T>() && std::is_x86_feature_detected!("avx2") {
+                // SAFETY: as above, with AVX2.
+                #[allow(unsafe_code)]
+                return unsafe {
+                    x86::max_into_f32_avx2(v.as_ptr().cast(), m.as_mut_ptr().cast(), n)
+                };
             }
             return 0;
         };
@@ -559,6 +576,84 @@ mod bytes {
             }
             if i < n {
                 block(n - 16);
+            }
+            n
+        }
+
+        /// [`max3_stride2_f32`] with AVX2, 8 outputs at a time: the
+        /// even and odd lanes of the 16 floats from `2i` (a shuffle within
+        /// each 128-bit half, then the halves' 64-bit pieces put in
+        /// order), then the even lanes of the 16 from `2i + 2`.
+        /// `_mm256_max_ps(v, m)` is `v` exactly where `v > m`, as there.
+        ///
+        /// # Safety
+        /// AVX2; `src` readable for `2 * n + 1` floats, `dst` writable
+        /// for `n`.
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn max3_stride2_f32_avx2(
+            src: *const f32,
+            dst: *mut f32,
+            n: usize,
+        ) -> usize {
+            // Lanes (a0 a2 b0 b2 | a4 a6 b4 b6) to (a0 a2 a4 a6 b0 b2 b4 b6).
+            let order = |v: __m256| {
+                _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
+            };
+            let block = |i: usize| {
+                // SAFETY: floats 2i .. 2i + 18 are within the `2n + 1`
+                // readable (the callers below keep 2i + 18 <= 2n + 1) and
+                // outputs i .. i + 8 within the `n` writable.
+                let p = src.add(2 * i);
+                let ld = |k: usize| _mm256_loadu_ps(p.add(k));
+                let (a, b) = (ld(0), ld(8));
+                let (c, d) = (ld(2), ld(10));
+                let dp = dst.add(i);
+                let mut m = _mm256_loadu_ps(dp);
+                m = _mm256_max_ps(order(_mm256_shuffle_ps::<0b10_00_10_00>(a, b)), m);
+                m = _mm256_max_ps(order(_mm256_shuffle_ps::<0b11_01_11_01>(a, b)), m);
+                m = _mm256_max_ps(order(_mm256_shuffle_ps::<0b10_00_10_00>(c, d)), m);
+                _mm256_storeu_ps(dp, m);
+            };
+            if 2 * 8 + 2 > 2 * n + 1 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 8 <= n && 2 * i + 18 <= 2 * n + 1 {
+                block(i);
+                i += 8;
+            }
+            if i < n {
+                let last = (n - 8).min((2 * n + 1 - 18) / 2);
+                block(last);
+                return last + 8;
+            }
+            n
+        }
+
+        /// [`max_into_f32`] with AVX2, 8 at a time.
+        ///
+        /// # Safety
+        /// AVX2; `src` readable and `dst` writable for `n` floats.
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn max_into_f32_avx2(src: *const f32, dst: *mut f32, n: usize) -> usize {
+            let block = |i: usize| {
+                // SAFETY: i + 8 <= n (the callers below).
+                let d = dst.add(i);
+                _mm256_storeu_ps(
+                    d,
+                    _mm256_max_ps(_mm256_loadu_ps(src.add(i)), _mm256_loadu_ps(d)),
+                );
+            };
+            if n < 8 {
+                return 0;
+            }
+            let mut i = 0;
+            while i + 8 <= n {
+                block(i);
+                i += 8;
+            }
+            if i < n {
+                block(n - 8);
             }
             n
         }

@@ -234,7 +234,7 @@ fn block_lines(p: &Panels, lines: usize, most: usize, floats: usize) -> usize {
 
 /// Copies the short last panel of a block (`lines` < `width` lines,
 /// `kcb` deep) into `tail`, widened to `width` lines with zeros.
-fn widen_tail<L: Load<f32>>(
+pub(crate) fn widen_tail<L: Load<f32>>(
     a: L,
     at: usize,
     lines: usize,
@@ -254,12 +254,12 @@ fn widen_tail<L: Load<f32>>(
 }
 
 /// Two parts of one buffer of cells.
-type Halves<'s> = (&'s [Cell<f32>], &'s [Cell<f32>]);
+pub(crate) type Halves<'s> = (&'s [Cell<f32>], &'s [Cell<f32>]);
 
 /// The scratch split into the widened tail panel (`width × kc`) and the
 /// rest, on the stack when the planned scratch is short of one panel of
 /// each operand (then `kc` is at most `KC_MIN`, which setup checked).
-fn split<'s>(
+pub(crate) fn split<'s>(
     p: &Panels,
     scratch: &'s [Cell<f32>],
     on_stack: &'s [Cell<f32>; STACK_FLOATS],

@@ -41,7 +41,7 @@ impl Isa {
 /// going through `finish`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn add_tile(
+pub(crate) fn add_tile(
     c: &Dst<'_>,
     tile: &[[f32; NR]; MR],
     i: usize,

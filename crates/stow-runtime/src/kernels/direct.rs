@@ -1,0 +1,469 @@
+//! Stride-1 convolutions whose output plane has the input's size ("same"
+//! padding), with the image itself as the right operand of the product.
+//!
+//! Through tap `(ky, kx)`, output position `f = y·w + x` reads input
+//! position `f + (ky − py)·w + (kx − px)`: one offset per tap for the
+//! whole plane. So the sixteen consecutive output positions of a tile row
+//! read sixteen consecutive input values at every depth, and the
+//! micro-kernel loads them from the image as it lies, through a mask that
+//! zeroes the lanes whose input falls in the padding (a row above or below
+//! the image, or past a row's left or right end). That replaces im2col's
+//! panels, which packing wrote and the kernel read back, by masked loads
+//! of an image region that stays in L1.
+//!
+//! The depth order, the depth blocks and each element's chain of fused
+//! multiply-adds are those of the packed product, and a masked-off lane is
+//! the zero im2col packs for the padding, so the sums are the same to the
+//! bit.
+//!
+//! Only CPUs with AVX2 and FMA but not AVX-512 take this path by default:
+//! there the packing was a sixth of resnet50's run and the masked loads
+//! win it back (BENCHMARKS.md, "The image read in place"). The AVX-512
+//! product keeps its im2col panels, which it reads two at a time.
+
+use super::cells::Load;
+use super::gemm::{Dst, Finish, Isa, MC, MR, NC, NR};
+use super::linalg::ConvShape;
+use super::prepacked::{split, widen_tail, Panels};
+use core::cell::Cell;
+use core::ops::Range;
+
+/// Most rows or columns a kernel read this way may have.
+const MOST_SIDE: usize = 7;
+/// Most taps (7×7): the mask table of a tile holds one entry per tap.
+const MOST_TAPS: usize = MOST_SIDE * MOST_SIDE;
+/// Output positions a tile spans: two B panels, one after the other,
+/// against the same A panel (which then stays in L1 for the second).
+const SPAN: usize = 2 * NR;
+
+/// A convolution's plane geometry as the direct product reads it.
+#[derive(Clone, Copy)]
+struct Plane {
+    h: usize,
+    w: usize,
+    kh: usize,
+    kw: usize,
+    py: usize,
+    px: usize,
+}
+
+impl Plane {
+    /// The plane of `s` when the direct product can compute it: one 2-d
+    /// plane per channel, stride and dilation 1, output the input's size,
+    /// a kernel of at most [`MOST_SIDE`] rows and columns and larger than
+    /// 1×1 (pointwise convolutions pack rows of the image, which needs no
+    /// masks), more than one input or output channel per group.
+    fn of(s: &ConvShape) -> Option<Plane> {
+        let w = &s.window;
+        let fits = w.kernel[0] == 1
+            && w.input[0] == 1
+            && w.output == w.input
+            && w.strides == [1, 1, 1]
+            && w.dilations == [1, 1, 1]
+            && w.kernel[1] <= MOST_SIDE
+            && w.kernel[2] <= MOST_SIDE
+            && w.pad[1] < w.kernel[1]
+            && w.pad[2] < w.kernel[2]
+            && !s.pointwise()
+            && !s.depthwise();
+        fits.then_some(Plane {
+            h: w.input[1],
+            w: w.input[2],
+            kh: w.kernel[1],
+            kw: w.kernel[2],
+            py: w.pad[1],
+            px: w.pad[2],
+        })
+    }
+
+    fn taps(&self) -> usize {
+        self.kh * self.kw
+    }
+
+    /// Offset of tap `t`'s input from the output position.
+    fn offset(&self, t: usize) -> isize {
+        let (ky, kx) = ((t / self.kw) as isize, (t % self.kw) as isize);
+        (ky - self.py as isize) * self.w as isize + kx - self.px as isize
+    }
+
+    /// For each tap, the lanes of the tile of output positions
+    /// `f0..f0 + width` (at most [`SPAN`]) whose input lies inside the
+    /// image: lane `l` of `masks[t]` (all ones or zero) for position
+    /// `f0 + l`.
+    fn masks(&self, f0: usize, width: usize, masks: &mut Masks) {
+        let mut rows = [0u32; MOST_SIDE];
+        let mut cols = [0u32; MOST_SIDE];
+        let (mut y, mut x) = (f0 / self.w, f0 % self.w);
+        for l in 0..width.min(SPAN) {
+            for (ky, bits) in rows.iter_mut().enumerate().take(self.kh) {
+                if (self.py..self.h + self.py).contains(&(y + ky)) {
+                    *bits |= 1 << l;
+                }
+            }
+            for (kx, bits) in cols.iter_mut().enumerate().take(self.kw) {
+                if (self.px..self.w + self.px).contains(&(x + kx)) {
+                    *bits |= 1 << l;
+                }
+            }
+            x += 1;
+            if x == self.w {
+                (x, y) = (0, y + 1);
+            }
+        }
+        for (t, lanes) in masks.iter_mut().enumerate().take(self.taps()) {
+            let bits = rows[t / self.kw] & cols[t % self.kw];
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                *lane = -(((bits >> l) & 1) as i32);
+            }
+        }
+    }
+}
+
+/// A tile's lane masks, per tap.
+type Masks = [[i32; SPAN]; MOST_TAPS];
+
+/// True when [`conv`] computes convolutions of shape `s` by default on
+/// this CPU.
+pub(crate) fn applies(s: &ConvShape) -> bool {
+    Isa::detect() == Isa::Fma && Plane::of(s).is_some()
+}
+
+/// True when [`conv`] can compute convolutions of shape `s` on this CPU
+/// (which [`applies`] may still leave to the packed product).
+pub(crate) fn can(s: &ConvShape) -> bool {
+    Isa::detect() != Isa::Portable && Plane::of(s).is_some()
+}
+
+/// One group of a convolution [`can`] admits: `C += A · im2col(x)` (or
+/// `=`, see [`super::gemm::Start`]) over output columns `cols`, A being
+/// matrix `g` of the packed kernel `a` and the image the `in_per_group`
+/// planes of `x` from `in_base`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
+    s: &ConvShape,
+    p: &Panels,
+    g: usize,
+    a: L,
+    x: X,
+    in_base: usize,
+    c: &Dst<'_>,
+    scratch: &[Cell<f32>],
+    cols: Range<usize>,
+) {
+    let Some(plane) = Plane::of(s).filter(|_| can(s)) else {
+        debug_assert!(false, "a convolution the direct product does not take");
+        return;
+    };
+    let (m, k, kc, n) = (p.rows, p.depth, p.kc, s.n());
+    let end = cols.end.min(n);
+    if m == 0 || k == 0 || cols.start >= end || k != s.k() {
+        return;
+    }
+    let on_stack = core::array::from_fn(|_| Cell::new(0.0));
+    let Some((tail, _)) = split(p, scratch, &on_stack) else {
+        debug_assert!(
+            false,
+            "setup admitted a depth block deeper than the scratch"
+        );
+        return;
+    };
+    // Bounds checked once: every lane a mask lets through lies in these
+    // planes (see `taps_kernel_avx2`).
+    let image = x.sub(in_base, s.in_per_group * n).ptr();
+    let mut offsets = [0isize; MOST_TAPS];
+    for (t, o) in offsets.iter_mut().enumerate().take(plane.taps()) {
+        *o = plane.offset(t);
+    }
+    let taps = &offsets[..plane.taps()];
+    let lowest = taps.iter().copied().min().unwrap_or(0);
+    let highest = taps.iter().copied().max().unwrap_or(0);
+    let mut masks = [[0i32; SPAN]; MOST_TAPS];
+    let base = p.index(g, 0, 0);
+    for j0 in (cols.start..end).step_by(NC) {
+        let nc = NC.min(end - j0);
+        for p0 in (0..k).step_by(kc) {
+            let kcb = kc.min(k - p0);
+            let finish = c.finish.at(p0 + kcb == k);
+            let block = base + p0 * m;
+            let short = m % MR;
+            if short != 0 {
+                widen_tail(a, block + (m - short) * kcb, short, MR, kcb, tail);
+            }
+            let depth = Depth {
+                image,
+                plane: n,
+                first: (p0 / plane.taps(), p0 % plane.taps()),
+                taps: plane.taps(),
+                len: kcb,
+            };
+            for i0 in (0..m).step_by(MC) {
+                let mc = MC.min(m - i0);
+                for c0 in (0..nc).step_by(SPAN) {
+                    let (f0, width) = (j0 + c0, SPAN.min(nc - c0));
+                    plane.masks(f0, width, &mut masks);
+                    for r0 in (i0..i0 + mc).step_by(MR) {
+                        let rows = MR.min(m - r0);
+                        let start = c.start.at(p0, r0, rows);
+                        for half in (0..width).step_by(NR) {
+                            let at = f0 + half;
+                            let reads = Reads {
+                                at,
+                                offsets: &offsets,
+                                masks: &masks,
+                                lane: half,
+                                // The first channel's lowest address and
+                                // the last one's highest, each relative to
+                                // its own plane.
+                                inside: at as isize + lowest >= 0
+                                    && (at + NR) as isize + highest <= n as isize,
+                            };
+                            let (at, size) = ((r0, f0 + half), (rows, NR.min(width - half)));
+                            let end = (start, finish);
+                            if rows == MR {
+                                let a = a.sub(block + r0 * kcb, kcb * MR);
+                                taps_kernel(a, &depth, &reads, c, at, size, end);
+                            } else {
+                                let a = &tail[..kcb * MR];
+                                taps_kernel(a, &depth, &reads, c, at, size, end);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The depth block a kernel call walks: `len` depths from channel
+/// `first.0`, tap `first.1`, of the image whose channel planes (`plane`
+/// floats each) start at `image`.
+struct Depth {
+    image: *const f32,
+    plane: usize,
+    first: (usize, usize),
+    taps: usize,
+    len: usize,
+}
+
+/// Where a tile's B values come from: output positions from `at`, each
+/// tap's input `offsets[t]` away, through lanes `lane..lane + NR` of
+/// `masks[t]`. `inside` when all `NR` lanes of every tap, in every
+/// channel, have addresses inside the image (the masked-off ones
+/// included): then they may be loaded whole and masked after.
+struct Reads<'t> {
+    at: usize,
+    offsets: &'t [isize; MOST_TAPS],
+    masks: &'t Masks,
+    lane: usize,
+    inside: bool,
+}
+
+#[inline(always)]
+fn taps_kernel<A: Load<f32>>(
+    a: A,
+    depth: &Depth,
+    reads: &Reads<'_>,
+    c: &Dst<'_>,
+    at: (usize, usize),
+    size: (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `conv` runs only where `can` found AVX2 and FMA.
+        #[allow(unsafe_code)]
+        unsafe {
+            taps_kernel_avx2(a, depth, reads, c, at, size, end)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, depth, reads, c, at, size, end);
+        unreachable!("the direct product needs AVX2");
+    }
+}
+
+/// The `MR × NR` tile of C at `(i, j)` (its top-left `size` written):
+/// one A panel (`len × MR`, depth-major) against the image read through
+/// the tile's tap masks, in two 8-lane halves.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn taps_kernel_avx2<A: Load<f32>>(
+    a: A,
+    depth: &Depth,
+    reads: &Reads<'_>,
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): (usize, usize),
+    end: (Option<[f32; MR]>, Finish),
+) {
+    use core::arch::x86_64::*;
+    const HALVES: usize = NR / 8;
+    let pa = a.sub(0, depth.len * MR).ptr();
+    let mut acc = [[_mm256_setzero_ps(); HALVES]; MR];
+    let (mut ch, mut t) = depth.first;
+    let mut p = 0;
+    while p < depth.len {
+        let run = (depth.taps - t).min(depth.len - p);
+        // Formed with wrapping arithmetic: a tap's address may lie before
+        // the image (the row above the first), where no lane reads.
+        let channel = depth.image.wrapping_add(ch * depth.plane + reads.at);
+        for q in 0..run {
+            let tap = t + q;
+            let src = channel.wrapping_offset(reads.offsets[tap]);
+            let lanes = &reads.masks[tap][reads.lane..reads.lane + NR];
+            // SAFETY: a lane's mask is set only where its input position
+            // (output position plus the tap's offset) lies inside the
+            // plane of channel `ch` < `in_per_group`, all of which `conv`
+            // bounds-checked; masked-off lanes are not accessed. The mask
+            // slice holds NR = 2·8 lanes. Nothing writes the image while
+            // the kernel reads.
+            #[allow(unsafe_code)]
+            let x: [__m256; HALVES] = core::array::from_fn(|h| unsafe {
+                let mask = _mm256_loadu_si256(lanes.as_ptr().add(8 * h).cast());
+                if reads.inside {
+                    // Every lane's address lies in the image (`Reads::
+                    // inside`): a plain load, the padding's lanes zeroed
+                    // by the mask (`vmaskmovps` alone was the loop's
+                    // bottleneck on AMD cores).
+                    let v = _mm256_loadu_ps(src.add(8 * h));
+                    _mm256_and_ps(v, _mm256_castsi256_ps(mask))
+                } else {
+                    _mm256_maskload_ps(src.wrapping_add(8 * h), mask)
+                }
+            });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `(p + q) * MR + r < len * MR`, the panel `sub`
+                // checked.
+                #[allow(unsafe_code)]
+                let w = _mm256_set1_ps(unsafe { *pa.add((p + q) * MR + r) });
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    *acc = _mm256_fmadd_ps(w, x, *acc);
+                }
+            }
+        }
+        p += run;
+        (ch, t) = (ch + 1, 0);
+    }
+    let mut tile = [[0f32; NR]; MR];
+    for (row, acc) in tile.iter_mut().zip(&acc) {
+        for (h, v) in acc.iter().enumerate() {
+            // SAFETY: a tile row holds NR = 2·8 floats.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm256_storeu_ps(row.as_mut_ptr().add(8 * h), *v)
+            };
+        }
+    }
+    super::gemm::add_tile(c, &tile, i, j, rows, cols, end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cells::Src;
+    use crate::kernels::gemm::{Clamp, Finish};
+    use crate::kernels::linalg::conv_as;
+    use crate::kernels::pool::Window;
+    use crate::kernels::prepacked::{self, Side};
+    use alloc::vec::Vec;
+
+    /// Random "same" stride-1 convolutions (kernels up to 7×7, every
+    /// split of the padding, rows narrower and wider than a tile, depth
+    /// blocks that end inside a channel's taps, groups, batches, thread
+    /// shares, a bias and a clamp): the image read in place gives the
+    /// bits of the im2col panels.
+    #[test]
+    fn reading_in_place_gives_the_packed_bits() {
+        if Isa::detect() == Isa::Portable {
+            return;
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut below = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let value = |i: usize, seed: usize| {
+            ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
+        };
+        for case in 0..200 {
+            let kernel = [1, 1 + below(7), 1 + below(7)];
+            if kernel == [1, 1, 1] {
+                continue;
+            }
+            let input = [1, 1 + below(12), 1 + below(70)];
+            let pad = [0, below(kernel[1]), below(kernel[2])];
+            let pad_after = [0, kernel[1] - 1 - pad[1], kernel[2] - 1 - pad[2]];
+            let (groups, batch) = (1 + below(2), 1 + below(2));
+            let (ipg, opg) = (1 + below(6), 2 + below(13));
+            let s = ConvShape {
+                batch,
+                groups,
+                in_per_group: ipg,
+                out_per_group: opg,
+                window: Window {
+                    planes: ipg * groups,
+                    input,
+                    output: input,
+                    kernel,
+                    strides: [1, 1, 1],
+                    dilations: [1, 1, 1],
+                    pad,
+                    pad_after,
+                },
+            };
+            assert!(can(&s), "{:?}", s.window);
+            let panels = Panels {
+                side: Side::Left,
+                matrices: groups,
+                rows: opg,
+                depth: s.k(),
+                strides: [opg * s.k(), s.k(), 1],
+                kc: 0,
+            }
+            .with_depth_block([7, 16, 40, 256][below(4)]);
+            let n = s.n();
+            let x: Vec<f32> = (0..batch * groups * ipg * n).map(|i| value(i, 1)).collect();
+            let w: Vec<f32> = (0..groups * opg * s.k()).map(|i| value(i, 2)).collect();
+            let w = panels.pack(&w).expect("a dense kernel");
+            let bias: Vec<f32> = (0..groups * opg).map(|i| value(i, 3)).collect();
+            let finish = if below(2) == 0 {
+                Finish::Keep
+            } else {
+                Finish::Clamp(Clamp {
+                    lo: -0.5,
+                    hi: 0.75,
+                    max_first: true,
+                })
+            };
+            let parts = 1 + below(3);
+            let floats = prepacked::scratch_elems(&panels, n);
+            let run = |direct: bool| {
+                let out: Vec<Cell<f32>> = (0..batch * groups * opg * n)
+                    .map(|_| Cell::new(f32::NAN))
+                    .collect();
+                let scratch: Vec<Cell<f32>> = (0..floats).map(|_| Cell::new(0.0)).collect();
+                for part in 0..parts {
+                    conv_as(
+                        &s,
+                        (Some(&panels), direct),
+                        (Src::Weight(&x), Src::Weight(&w), Some(Src::Weight(&bias))),
+                        &out,
+                        finish,
+                        &scratch,
+                        (part, parts),
+                    );
+                }
+                out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>()
+            };
+            let (want, got) = (run(false), run(true));
+            assert!(
+                want.iter().all(|&b| !f32::from_bits(b).is_nan()),
+                "case {case}: the packed product left outputs unwritten"
+            );
+            assert_eq!(got, want, "case {case}: {:?}, kc {}", s.window, panels.kc);
+        }
+    }
+}
