@@ -184,6 +184,13 @@ impl<L: Load<f32>> PackB for Strided<L> {
             #[allow(unsafe_code)]
             return unsafe { self.pack_b_avx512(p0, kc, j0, nc, dst) };
         }
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() == Isa::Fma {
+            // SAFETY: the function only needs AVX2, which `Isa::detect`
+            // checked at run time.
+            #[allow(unsafe_code)]
+            return unsafe { self.pack_b_avx2(p0, kc, j0, nc, dst) };
+        }
         self.pack_b(p0, kc, j0, nc, dst)
     }
 }
@@ -197,6 +204,14 @@ impl<L: Load<f32>> Strided<L> {
         self.pack_b(p0, kc, j0, nc, dst)
     }
 
+    /// [`PackB::pack`] compiled for 8-lane vectors (half a panel row per
+    /// load; the default build copied it in 4-lane pieces).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn pack_b_avx2(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        self.pack_b(p0, kc, j0, nc, dst)
+    }
+
     #[inline(always)]
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
         for (panel, c0) in (0..nc).step_by(NR).enumerate() {
@@ -205,9 +220,12 @@ impl<L: Load<f32>> Strided<L> {
             for (p, o) in out.chunks_exact(NR).enumerate() {
                 let base = self.offset + (p0 + p) * self.rs + (j0 + c0) * self.cs;
                 if self.cs == 1 && cols == NR {
+                    // Read all, then write all: cells of one arena might
+                    // overlap, so a copy element by element stays scalar.
                     let src = self.data.sub(base, NR);
-                    for c in 0..NR {
-                        o[c].set(src.load(c));
+                    let v: [f32; NR] = core::array::from_fn(|c| src.load(c));
+                    for (cell, v) in o.iter().zip(v) {
+                        cell.set(v);
                     }
                 } else {
                     for (c, cell) in o.iter().enumerate() {

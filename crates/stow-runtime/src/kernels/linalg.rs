@@ -177,24 +177,63 @@ fn stride2_run_avx512(dst: &[Cell<f32>], row: *const f32, x0: isize, width: isiz
     }
 }
 
+/// [`stride2_run_avx512`] in two 8-lane halves: each half's 16 input
+/// values by two masked loads, their even lanes gathered by a shuffle
+/// within 128-bit halves and a 64-bit permute, stored under a mask.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn stride2_run_avx2(dst: &[Cell<f32>], row: *const f32, x0: isize, width: isize) {
+    use core::arch::x86_64::*;
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    // Lanes of an 8-lane vector whose lane 0 is at `x` that lie in
+    // `0..width`: all ones there, zero elsewhere.
+    let inside = |x: isize| {
+        let (from, to) = ((-x).clamp(0, 8) as i32, (width - x).clamp(0, 8) as i32);
+        let ge = _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(from - 1));
+        let lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(to), lane);
+        _mm256_and_si256(ge, lt)
+    };
+    for half in 0..dst.len().div_ceil(8) {
+        let cells = &dst[half * 8..dst.len().min(half * 8 + 8)];
+        let x = x0 + 16 * half as isize;
+        // SAFETY: the loads touch only lanes whose values lie inside the
+        // row (`width` values from `row`, the caller's `sub`); the
+        // addresses of the masked-off lanes are only formed, with
+        // wrapping arithmetic. The store writes `cells` (at most 8),
+        // which only this thread writes while it packs.
+        #[allow(unsafe_code)]
+        unsafe {
+            let lo = _mm256_maskload_ps(row.wrapping_offset(x), inside(x));
+            let hi = _mm256_maskload_ps(row.wrapping_offset(x + 8), inside(x + 8));
+            let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+            let v = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
+                even,
+            )));
+            let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cells.len() as i32), lane);
+            _mm256_maskstore_ps(cells.as_ptr() as *mut f32, keep, v);
+        }
+    }
+}
+
 /// `dst` from the first `dst.len()` values of `src` (at most a panel), in
 /// pieces of 8 and 4 so that a run one short of a panel (the first run
 /// of a padded row) is not copied one value at a time.
 #[inline(always)]
 fn copy_run(dst: &[Cell<f32>], src: impl Load<f32>) {
+    // Each piece read whole, then written: cells of one arena might
+    // overlap, so a copy element by element stays scalar.
     let mut i = 0;
     while i + 8 <= dst.len() {
-        let (d, s) = (&dst[i..i + 8], src.sub(i, 8));
-        for l in 0..8 {
-            d[l].set(s.load(l));
-        }
+        let s = src.sub(i, 8);
+        let v: [f32; 8] = core::array::from_fn(|l| s.load(l));
+        dst[i..i + 8].iter().zip(v).for_each(|(d, v)| d.set(v));
         i += 8;
     }
     if i + 4 <= dst.len() {
-        let (d, s) = (&dst[i..i + 4], src.sub(i, 4));
-        for l in 0..4 {
-            d[l].set(s.load(l));
-        }
+        let s = src.sub(i, 4);
+        let v: [f32; 4] = core::array::from_fn(|l| s.load(l));
+        dst[i..i + 4].iter().zip(v).for_each(|(d, v)| d.set(v));
         i += 4;
     }
     for (l, d) in dst[i..].iter().enumerate() {
@@ -211,7 +250,14 @@ impl<L: Load<f32>> PackB for Im2col<L> {
             #[allow(unsafe_code)]
             return unsafe { self.pack_avx512(p0, kc, j0, nc, dst) };
         }
-        self.pack_with::<false>(p0, kc, j0, nc, dst)
+        #[cfg(target_arch = "x86_64")]
+        if super::gemm::Isa::detect() == super::gemm::Isa::Fma {
+            // SAFETY: the function only needs AVX2, which `Isa::detect`
+            // checked at run time.
+            #[allow(unsafe_code)]
+            return unsafe { self.pack_avx2(p0, kc, j0, nc, dst) };
+        }
+        self.pack_with::<1>(p0, kc, j0, nc, dst)
     }
 }
 
@@ -221,11 +267,21 @@ impl<L: Load<f32>> Im2col<L> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     fn pack_avx512(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
-        self.pack_with::<true>(p0, kc, j0, nc, dst)
+        self.pack_with::<16>(p0, kc, j0, nc, dst)
     }
 
+    /// [`PackB::pack`] with its runs copied in 8-lane pieces, stride-2
+    /// runs by masked loads and a shuffle.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn pack_avx2(&self, p0: usize, kc: usize, j0: usize, nc: usize, dst: &[Cell<f32>]) {
+        self.pack_with::<8>(p0, kc, j0, nc, dst)
+    }
+
+    /// The packing, with the vector code of `LANES`-lane registers where
+    /// there is some (16: AVX-512, 8: AVX2, else none).
     #[inline(always)]
-    fn pack_with<const WIDE: bool>(
+    fn pack_with<const LANES: usize>(
         &self,
         p0: usize,
         kc: usize,
@@ -290,9 +346,9 @@ impl<L: Load<f32>> Im2col<L> {
                         }
                         let (head, inside) = ((lo - x0) as usize, (hi - lo) as usize);
                         #[cfg(target_arch = "x86_64")]
-                        if WIDE {
+                        if LANES == 16 {
                             let src = self.data.sub(row + lo as usize, inside);
-                            // SAFETY: WIDE only from `pack_avx512`, on a
+                            // SAFETY: 16 lanes only from `pack_avx512`, on a
                             // CPU with AVX-512 F.
                             #[allow(unsafe_code)]
                             unsafe {
@@ -308,9 +364,20 @@ impl<L: Load<f32>> Im2col<L> {
                         cells[head + inside..].iter().for_each(|c| c.set(0.0));
                     } else {
                         #[cfg(target_arch = "x86_64")]
-                        if WIDE && sx == 2 {
+                        if LANES == 8 && sx == 2 {
                             let src = self.data.sub(row, iw as usize);
-                            // SAFETY: WIDE only from `pack_avx512`, on a
+                            // SAFETY: 8 lanes only from `pack_avx2`, on a
+                            // CPU with AVX2.
+                            #[allow(unsafe_code)]
+                            unsafe {
+                                stride2_run_avx2(cells, src.ptr(), x0, iw)
+                            };
+                            continue;
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        if LANES == 16 && sx == 2 {
+                            let src = self.data.sub(row, iw as usize);
+                            // SAFETY: 16 lanes only from `pack_avx512`, on a
                             // CPU with AVX-512 F.
                             #[allow(unsafe_code)]
                             unsafe {
