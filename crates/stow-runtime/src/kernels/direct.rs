@@ -366,6 +366,7 @@ mod tests {
     use crate::kernels::linalg::conv_as;
     use crate::kernels::pool::Window;
     use crate::kernels::prepacked::{self, Side};
+    use crate::kernels::testing::value;
     use alloc::vec::Vec;
 
     /// Random "same" stride-1 convolutions (kernels up to 7×7, every
@@ -378,16 +379,7 @@ mod tests {
         if Isa::detect() == Isa::Portable {
             return;
         }
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut below = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
-        let value = |i: usize, seed: usize| {
-            ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
-        };
+        let mut below = crate::kernels::testing::below(0x2545_f491_4f6c_dd1du64);
         for case in 0..200 {
             let kernel = [1, 1 + below(7), 1 + below(7)];
             if kernel == [1, 1, 1] {

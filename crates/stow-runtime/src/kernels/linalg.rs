@@ -679,9 +679,7 @@ mod tests {
         out
     }
 
-    fn value(i: usize, seed: usize) -> f32 {
-        ((i * 2_654_435_761 + seed * 40_503) % 1000) as f32 / 500.0 - 1.0
-    }
+    use crate::kernels::testing::value;
 
     /// The packed convolution (image packed straight into panels) equals
     /// the definition across strides, dilations, asymmetric padding, 1-d,
@@ -693,13 +691,7 @@ mod tests {
     /// asymmetric paddings: the packed product gives the definition.
     #[test]
     fn random_geometries_match_the_definition() {
-        let mut seed = 0x5851_f42d_4c95_7f2du64;
-        let mut below = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut below = crate::kernels::testing::below(0x5851_f42d_4c95_7f2du64);
         let mut tried = 0;
         while tried < 150 {
             let input = [1, 1 + below(9), 1 + below(80)];

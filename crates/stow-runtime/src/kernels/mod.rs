@@ -41,6 +41,8 @@ mod product_tests;
 mod run;
 #[cfg(test)]
 mod split_tests;
+#[cfg(test)]
+mod testing;
 
 pub(crate) use fuse::{fuse_activations, fuse_clamps};
 pub use prepare::{

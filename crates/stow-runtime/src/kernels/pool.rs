@@ -797,13 +797,7 @@ mod tests {
     /// past the input included) and plane ranges.
     #[test]
     fn planar_max_pool_equals_the_definition() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut below = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut below = crate::kernels::testing::below(0x9e37_79b9_7f4a_7c15u64);
         for case in 0..400 {
             let planes = 1 + below(4);
             let (ih, iw) = (1 + below(20), 1 + below(150));
