@@ -195,6 +195,23 @@ pub fn copy_into<T: Copy>(out: &[Cell<T>], v: &[T]) {
     }
 }
 
+/// `dst[i] = src.load(i)` for every element of `dst` (`src` holds at
+/// least as many), as one copy: element by element the loop kept a
+/// bounds check per value and stayed scalar (an eighth of the depthwise
+/// bands' time went to filling their buffers that way).
+#[inline(always)]
+pub fn read_into<T: Copy>(dst: &mut [T], src: impl Load<T>) {
+    let n = dst.len();
+    let src = src.sub(0, n);
+    // SAFETY: `src` holds `n` values (`sub` checked) and `dst` is `n`
+    // long; `dst` is an exclusive slice, so it overlaps nothing `src`
+    // reads.
+    #[allow(unsafe_code)]
+    unsafe {
+        core::ptr::copy_nonoverlapping(src.ptr(), dst.as_mut_ptr(), n)
+    }
+}
+
 /// `out[j] = f(a[j])` over one row, chunked as [`zip_row`].
 #[inline(always)]
 pub fn map_row<T: Copy, U: Copy>(out: &[Cell<U>], a: impl Load<T>, f: impl Fn(T) -> U) {

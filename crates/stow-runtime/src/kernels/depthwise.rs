@@ -263,10 +263,7 @@ fn pad_row(dst: &mut [f32], row: impl Load<f32>, pad: usize) {
     dst[..u0].fill(0.0);
     dst[u1..].fill(0.0);
     if u0 < u1 {
-        let src = row.sub(0, u1 - u0);
-        for (i, v) in dst[u0..u1].iter_mut().enumerate() {
-            *v = src.load(i);
-        }
+        super::cells::read_into(&mut dst[u0..u1], row);
     }
 }
 
@@ -292,9 +289,22 @@ fn split_row(even: &mut [f32], odd: &mut [f32], row: impl Load<f32>, pad: usize)
     }
     if u0 < u1 {
         let src = row.sub(2 * u0 - pad, 2 * (u1 - u0));
-        for (i, (e, o)) in even[u0..u1].iter_mut().zip(&mut odd[u0..u1]).enumerate() {
-            *e = src.load(2 * i);
-            *o = src.load(2 * i + 1);
+        let (even, odd) = (&mut even[u0..u1], &mut odd[u0..u1]);
+        // Sixteen values read whole, then dealt out: one bounds check per
+        // chunk, so the de-interleave vectorises.
+        let whole = even.len() / 8 * 8;
+        for i in (0..whole).step_by(8) {
+            let s = src.sub(2 * i, 16);
+            let v: [f32; 16] = core::array::from_fn(|l| s.load(l));
+            let (e, o) = (&mut even[i..i + 8], &mut odd[i..i + 8]);
+            for l in 0..8 {
+                e[l] = v[2 * l];
+                o[l] = v[2 * l + 1];
+            }
+        }
+        for i in whole..even.len() {
+            even[i] = src.load(2 * i);
+            odd[i] = src.load(2 * i + 1);
         }
     }
 }
