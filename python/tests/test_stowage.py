@@ -270,11 +270,22 @@ def test_regression_case_runs_like_onnxruntime(case):
         arrays[key] = np.array(values, dtype=dtype).reshape(shape)
     steps_file = REGRESS / case / "q_steps.txt"
     q_steps = int(steps_file.read_text()) if steps_file.exists() else 0
-    assert_match(ours, onnxruntime_outputs(model, arrays), q_steps)
     expected = case_tensors(case, "output")
+
+    def close(got, want):
+        return within_steps(got, want, q_steps) or scaled_error(got, want) <= tolerance(want)
+
+    theirs = onnxruntime_outputs(model, arrays)
+    # The recorded outputs are onnxruntime's on a CPU where its integer
+    # products are exact. On one with AVX2 but not VNNI its u8×s8 kernels
+    # add pairs of products in saturating 16-bit lanes, so its quantized
+    # outputs there are off (qdq_cnn: 45 steps); then the recorded ones
+    # are the only third party to compare with.
+    if all(close(t, w) for t, w in zip(theirs.values(), expected)):
+        assert_match(ours, theirs, q_steps)
     assert len(expected) == len(ours)
     for got, want in zip(ours.values(), expected):
-        assert within_steps(got, want, q_steps) or scaled_error(got, want) <= tolerance(want)
+        assert close(got, want)
 
 
 def test_outputs_keep_their_dtypes():
