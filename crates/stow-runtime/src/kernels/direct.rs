@@ -17,7 +17,7 @@
 //! bit.
 //!
 //! Only CPUs with AVX2 and FMA but not AVX-512 take this path by default:
-//! there the packing was a sixth of resnet50's run and the masked loads
+//! there the packing was 15 % of resnet50's run and the masked loads
 //! win it back (BENCHMARKS.md, "The image read in place"). The AVX-512
 //! product keeps its im2col panels, which it reads two at a time.
 
