@@ -18,7 +18,7 @@
 //!
 //! Only CPUs with AVX2 and FMA but not AVX-512 take this path by default:
 //! there the packing was 15 % of resnet50's run and the masked loads
-//! win it back (BENCHMARKS.md, "The image read in place"). The AVX-512
+//! win it back (BENCHMARKS.md, "Session 42"). The AVX-512
 //! product keeps its im2col panels, which it reads two at a time.
 
 use super::cells::Load;
