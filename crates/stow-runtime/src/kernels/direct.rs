@@ -201,30 +201,34 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
                 for c0 in (0..nc).step_by(SPAN) {
                     let (f0, width) = (j0 + c0, SPAN.min(nc - c0));
                     plane.masks(f0, width, &mut masks);
+                    // Each B panel of the tile: its reads and its columns.
+                    let halves: [(Reads<'_>, usize); SPAN / NR] = core::array::from_fn(|h| {
+                        let at = f0 + h * NR;
+                        let reads = Reads {
+                            at,
+                            offsets: &offsets,
+                            masks: &masks,
+                            lane: h * NR,
+                            // The first channel's lowest address and the
+                            // last one's highest, each relative to its
+                            // own plane.
+                            inside: at as isize + lowest >= 0
+                                && (at + NR) as isize + highest <= n as isize,
+                        };
+                        (reads, NR.min(width.saturating_sub(h * NR)))
+                    });
                     for r0 in (i0..i0 + mc).step_by(MR) {
                         let rows = MR.min(m - r0);
                         let start = c.start.at(p0, r0, rows);
-                        for half in (0..width).step_by(NR) {
-                            let at = f0 + half;
-                            let reads = Reads {
-                                at,
-                                offsets: &offsets,
-                                masks: &masks,
-                                lane: half,
-                                // The first channel's lowest address and
-                                // the last one's highest, each relative to
-                                // its own plane.
-                                inside: at as isize + lowest >= 0
-                                    && (at + NR) as isize + highest <= n as isize,
-                            };
-                            let (at, size) = ((r0, f0 + half), (rows, NR.min(width - half)));
+                        for (reads, cols) in halves.iter().filter(|h| h.1 > 0) {
+                            let (at, size) = ((r0, reads.at), (rows, *cols));
                             let end = (start, finish);
                             if rows == MR {
                                 let a = a.sub(block + r0 * kcb, kcb * MR);
-                                taps_kernel(a, &depth, &reads, c, at, size, end);
+                                taps_kernel(a, &depth, reads, c, at, size, end);
                             } else {
                                 let a = &tail[..kcb * MR];
-                                taps_kernel(a, &depth, &reads, c, at, size, end);
+                                taps_kernel(a, &depth, reads, c, at, size, end);
                             }
                         }
                     }

@@ -364,24 +364,18 @@ impl<L: Load<f32>> Im2col<L> {
                         cells[head + inside..].iter().for_each(|c| c.set(0.0));
                     } else {
                         #[cfg(target_arch = "x86_64")]
-                        if LANES == 8 && sx == 2 {
-                            let src = self.data.sub(row, iw as usize);
-                            // SAFETY: 8 lanes only from `pack_avx2`, on a
-                            // CPU with AVX2.
+                        if LANES > 1 && sx == 2 {
+                            let src = self.data.sub(row, iw as usize).ptr();
+                            // SAFETY: 16 lanes only from `pack_avx512`, on
+                            // a CPU with AVX-512 F; 8 only from `pack_avx2`,
+                            // on one with AVX2.
                             #[allow(unsafe_code)]
                             unsafe {
-                                stride2_run_avx2(cells, src.ptr(), x0, iw)
-                            };
-                            continue;
-                        }
-                        #[cfg(target_arch = "x86_64")]
-                        if LANES == 16 && sx == 2 {
-                            let src = self.data.sub(row, iw as usize);
-                            // SAFETY: 16 lanes only from `pack_avx512`, on a
-                            // CPU with AVX-512 F.
-                            #[allow(unsafe_code)]
-                            unsafe {
-                                stride2_run_avx512(cells, src.ptr(), x0, iw)
+                                if LANES == 16 {
+                                    stride2_run_avx512(cells, src, x0, iw)
+                                } else {
+                                    stride2_run_avx2(cells, src, x0, iw)
+                                }
                             };
                             continue;
                         }
