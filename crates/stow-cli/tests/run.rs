@@ -79,6 +79,63 @@ fn outputs_are_written_as_tensor_files_and_read_back_as_inputs() {
     assert!((sum - 1.0).abs() < 1e-5, "softmax output sums to {sum}");
 }
 
+/// `--profile` accounts for every step once: the per-type step counts
+/// add up to the bundle's steps, their shares to 100 %, and the slowest
+/// list names distinct steps, slowest first, each of a listed type.
+#[test]
+fn the_profile_accounts_for_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("m.stow");
+    compile_and_inspect(&testdata("mobilenet_block.onnx"), &bundle, &[]);
+    let o = run(&bundle, &["--profile", "--repeat", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let steps: usize = text
+        .split_once("ran ")
+        .and_then(|(_, r)| r.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no step count in {text}"));
+    let lines: Vec<&str> = text.lines().collect();
+    let types_at = lines
+        .iter()
+        .position(|l| l.starts_with("time per operator type"))
+        .expect("a per-type table");
+    let slowest_at = lines
+        .iter()
+        .position(|l| l.starts_with("slowest steps"))
+        .expect("a slowest-steps list");
+    let (mut counted, mut share, mut types) = (0usize, 0f64, Vec::new());
+    for l in &lines[types_at + 1..slowest_at] {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        // TYPE MS ms SHARE % COUNT step(s)
+        assert_eq!(words.len(), 7, "{l}");
+        share += words[3].parse::<f64>().unwrap();
+        counted += words[5].parse::<usize>().unwrap();
+        types.push(words[0].to_string());
+    }
+    assert_eq!(counted, steps, "{text}");
+    assert!((share - 100.0).abs() < 0.1 * types.len() as f64, "{text}");
+    let slowest: Vec<(usize, f64, &str)> = lines[slowest_at + 1..]
+        .iter()
+        .take_while(|l| l.trim_start().starts_with("step "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1].parse().unwrap(), w[2].parse().unwrap(), w[6])
+        })
+        .collect();
+    assert_eq!(slowest.len(), steps.min(15), "{text}");
+    let mut seen: Vec<usize> = slowest.iter().map(|s| s.0).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), slowest.len(), "{text}");
+    assert!(slowest.iter().all(|s| s.0 < steps), "{text}");
+    assert!(slowest.windows(2).all(|w| w[0].1 >= w[1].1), "{text}");
+    assert!(
+        slowest.iter().all(|s| types.iter().any(|t| t == s.2)),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_two_branch_sample_inputs_run_from_npz() {
     let dir = tempfile::tempdir().unwrap();

@@ -415,6 +415,13 @@ impl<'b> Session<'b> {
 
     /// Runs every step in order. Allocates nothing.
     pub fn run(&mut self) -> Result<(), RunError> {
+        self.run_observed(|_| {})
+    }
+
+    /// [`Session::run`], calling `after_step(i)` as step `i` (the bundle's
+    /// operator `i`) finishes: a profiler reads its clock there (the
+    /// runtime itself has none without `std`). Allocates nothing itself.
+    pub fn run_observed(&mut self, mut after_step: impl FnMut(usize)) -> Result<(), RunError> {
         let contents = self.bundle.contents();
         let parts = self.pool.parts();
         let per = self.scratch_per;
@@ -481,6 +488,7 @@ impl<'b> Session<'b> {
                     })
                 }
             }
+            after_step(i);
         }
         Ok(())
     }

@@ -34,6 +34,11 @@ pub struct Args {
     /// and the weight pages).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// Time every step of every timed run and print where the time goes:
+    /// the total per operator type and the slowest steps (medians over
+    /// the runs; give `--repeat` 10 or more for steady figures).
+    #[arg(long)]
+    pub profile: bool,
     /// Also run the ONNX model the bundle was compiled from with tract on
     /// the same inputs, and fail when an output differs by more than
     /// `--tolerance`.
@@ -201,6 +206,66 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// Steps listed by `--profile`, slowest first.
+const SLOWEST: usize = 15;
+
+/// The `--profile` report from each step's times over the runs: the
+/// median per step, summed per operator type, and the slowest steps.
+fn profile(bundle: &Bundle, step_times: Vec<Vec<Duration>>) -> String {
+    let contents = bundle.contents();
+    let medians: Vec<f64> = step_times
+        .into_iter()
+        .map(|t| median(t).as_secs_f64() * 1e3)
+        .collect();
+    let total: f64 = medians.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+    let mut by_type: Vec<(&str, f64, usize)> = Vec::new();
+    for (op, &ms) in contents.ops.iter().zip(&medians) {
+        match by_type.iter_mut().find(|(t, _, _)| *t == op.op_type) {
+            Some(row) => {
+                row.1 += ms;
+                row.2 += 1;
+            }
+            None => by_type.push((&op.op_type, ms, 1)),
+        }
+    }
+    by_type.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut out = String::new();
+    say!(
+        out,
+        "time per operator type (sum of the steps' medians, {total:.3} ms):"
+    );
+    let width = by_type.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    for (op_type, ms, count) in &by_type {
+        say!(
+            out,
+            "  {op_type:<width$} {ms:9.3} ms {:5.1} %  {count} step{}",
+            100.0 * ms / total,
+            if *count == 1 { "" } else { "s" }
+        );
+    }
+    let mut order: Vec<usize> = (0..medians.len()).collect();
+    order.sort_by(|&a, &b| medians[b].total_cmp(&medians[a]));
+    say!(out, "slowest steps (median):");
+    for &i in order.iter().take(SLOWEST) {
+        let op = &contents.ops[i];
+        let shape = op
+            .outputs
+            .first()
+            .and_then(|&id| contents.tensors.get(id as usize))
+            .map(|t| format!("{:?}", t.shape))
+            .unwrap_or_default();
+        say!(
+            out,
+            "  step {i:>4} {:9.3} ms {:5.1} %  {} `{}` -> {shape}",
+            medians[i],
+            100.0 * medians[i] / total,
+            op.op_type,
+            op.name
+        );
+    }
+    out
+}
+
 /// Runs `stow run`.
 pub fn run(args: Args) -> Result<()> {
     if args.threads == 0 || args.repeat == 0 {
@@ -212,6 +277,12 @@ pub fn run(args: Args) -> Result<()> {
     let inputs = read_inputs(&bundle, &args)?;
     let ids: Vec<u32> = bundle.inputs().map(|t| t.id).collect();
     let mut times = Vec::with_capacity(args.repeat);
+    let steps = bundle.contents().ops.len();
+    let mut step_times: Vec<Vec<Duration>> = if args.profile {
+        vec![Vec::with_capacity(args.repeat); steps]
+    } else {
+        Vec::new()
+    };
     let warmup = usize::from(args.repeat > 1);
     for round in 0..warmup + args.repeat {
         // An in-place op may overwrite a graph input (`--reuse-inputs`):
@@ -220,14 +291,22 @@ pub fn run(args: Args) -> Result<()> {
             session.write_input_bytes(&id, t.as_bytes())?;
         }
         let started = Instant::now();
-        session.run()?;
+        if args.profile && round >= warmup {
+            let mut last = started;
+            session.run_observed(|i| {
+                let now = Instant::now();
+                step_times[i].push(now - last);
+                last = now;
+            })?;
+        } else {
+            session.run()?;
+        }
         if round >= warmup {
             times.push(started.elapsed());
         }
     }
     let outs = outputs(&session)?;
     let mut report = String::new();
-    let steps = bundle.contents().ops.len();
     say!(
         report,
         "ran {} steps in a {}-byte arena{}: {:.3} ms (median of {} runs, fastest {:.3} ms, {} thread{})",
@@ -248,6 +327,9 @@ pub fn run(args: Args) -> Result<()> {
         args.threads,
         if args.threads == 1 { "" } else { "s" }
     );
+    if args.profile {
+        report.push_str(&profile(&bundle, step_times));
+    }
     for (name, t) in &outs {
         say!(
             report,
