@@ -1009,17 +1009,17 @@ def qdq_swish():
 
 def conv_packed_without_scratch():
     """A lone Conv whose arena has no room for kernel scratch: its weight
-    is packed with the shallowest depth block and the step plans no
-    scratch. `stow verify` once unpacked such a weight with the usual depth
-    block and reported it differing from the model (the ONNX pytorch
-    Conv1d cases)."""
+    is packed with the shallowest depth block (64 of its 130) and the step
+    plans no scratch. `stow verify` once unpacked such a weight with the
+    usual depth block and reported it differing from the model (the ONNX
+    pytorch Conv1d cases)."""
     rng = np.random.default_rng(29)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[5])]
-    inits = [weight(rng, "w", [8, 6, 5]),
+    inits = [weight(rng, "w", [8, 26, 5]),
              numpy_helper.from_array(rng.standard_normal([8]).astype(np.float32), "b")]
-    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 20])],
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 26, 20])],
                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
-    return model, {"x": rng.standard_normal([1, 6, 20]).astype(np.float32)}, []
+    return model, {"x": rng.standard_normal([1, 26, 20]).astype(np.float32)}, []
 
 
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,

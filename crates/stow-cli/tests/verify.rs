@@ -45,14 +45,14 @@ fn packed_weight_of_a_step_without_scratch_verifies() {
     let model = testdata("regress/conv_packed_without_scratch/model.onnx");
     let out = dir.path().join("v.stow");
     let json = compile_and_inspect(&model, &out, &[]);
-    // One Conv, its weight packed 16 deep (not 30), and no scratch output.
+    // One Conv, its weight packed 64 deep (not 130), and no scratch output.
     let packed: Vec<_> = json["tensors"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|t| t["packed_depth_block"].as_i64())
         .collect();
-    assert_eq!(packed, [16], "{json}");
+    assert_eq!(packed, [64], "{json}");
     assert_eq!(json["ops"][0]["outputs"].as_array().unwrap().len(), 1);
     let o = verify(&model, &out);
     assert!(o.status.success(), "{}", stderr(&o));

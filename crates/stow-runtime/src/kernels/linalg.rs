@@ -197,21 +197,37 @@ fn stride2_run_avx2(dst: &[Cell<f32>], row: *const f32, x0: isize, width: isize)
     for half in 0..dst.len().div_ceil(8) {
         let cells = &dst[half * 8..dst.len().min(half * 8 + 8)];
         let x = x0 + 16 * half as isize;
+        // Masked loads and stores only where lanes fall outside the row or
+        // the panel: on AMD cores a masked store costs several times a
+        // plain one, and it was most of this packing's time.
+        let whole = x >= 0 && x + 16 <= width;
         // SAFETY: the loads touch only lanes whose values lie inside the
-        // row (`width` values from `row`, the caller's `sub`); the
-        // addresses of the masked-off lanes are only formed, with
-        // wrapping arithmetic. The store writes `cells` (at most 8),
-        // which only this thread writes while it packs.
+        // row (`width` values from `row`, the caller's `sub`): all 16 when
+        // `whole`, else the lanes of the masks, the addresses of the
+        // masked-off lanes only formed, with wrapping arithmetic. The
+        // store writes `cells` (at most 8; all 8 unmasked), which only
+        // this thread writes while it packs.
         #[allow(unsafe_code)]
         unsafe {
-            let lo = _mm256_maskload_ps(row.wrapping_offset(x), inside(x));
-            let hi = _mm256_maskload_ps(row.wrapping_offset(x + 8), inside(x + 8));
+            let (lo, hi) = if whole {
+                let at = row.offset(x);
+                (_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8)))
+            } else {
+                (
+                    _mm256_maskload_ps(row.wrapping_offset(x), inside(x)),
+                    _mm256_maskload_ps(row.wrapping_offset(x + 8), inside(x + 8)),
+                )
+            };
             let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
             let v = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
                 even,
             )));
-            let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cells.len() as i32), lane);
-            _mm256_maskstore_ps(cells.as_ptr() as *mut f32, keep, v);
+            if cells.len() == 8 {
+                _mm256_storeu_ps(cells.as_ptr() as *mut f32, v);
+            } else {
+                let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cells.len() as i32), lane);
+                _mm256_maskstore_ps(cells.as_ptr() as *mut f32, keep, v);
+            }
         }
     }
 }
