@@ -22,9 +22,9 @@
 //! product keeps its im2col panels, which it reads two at a time.
 
 use super::cells::Load;
-use super::gemm::{Dst, Finish, Isa, MC, MR, NC, NR, STACK_FLOATS};
+use super::gemm::{Dst, Finish, Isa, MC, MR, NC, NR};
 use super::linalg::ConvShape;
-use super::prepacked::{needs_stack, split, widen_tail, Panels};
+use super::prepacked::{split, widen_tail, OnStack, Panels};
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -159,14 +159,8 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end || k != s.k() {
         return;
     }
-    let on_stack: [Cell<f32>; STACK_FLOATS];
-    let room = if needs_stack(p, scratch) {
-        on_stack = core::array::from_fn(|_| Cell::new(0.0));
-        &on_stack[..]
-    } else {
-        scratch
-    };
-    let Some((tail, _)) = split(p, room) else {
+    let on_stack = OnStack::new();
+    let Some((tail, _)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
             "setup admitted a depth block deeper than the scratch"

@@ -495,8 +495,8 @@ pub fn gemm_cols(
     }
     // The blocking follows the scratch the compiler planned, which may be
     // less than `scratch_elems` where the arena had no more room, down to
-    // none: then the smallest blocks pack on the stack.
-    // Zeroed only when used: most products have their planned scratch.
+    // none: then the smallest blocks pack on the stack (zeroed only then:
+    // most products have their planned scratch).
     let on_stack: [Cell<f32>; STACK_FLOATS];
     let scratch = if scratch.len() < (MR + NR) * k.clamp(1, KC_MIN) {
         on_stack = core::array::from_fn(|_| Cell::new(0.0));

@@ -27,7 +27,7 @@ use super::gemm::{
 };
 use super::qlinear::igemm;
 use alloc::vec::Vec;
-use core::cell::Cell;
+use core::cell::{Cell, OnceCell};
 use core::ops::Range;
 
 pub use stow_bundle::format::{PACKED_ATTR, PACKED_LEFT_ATTR};
@@ -256,16 +256,23 @@ pub(crate) fn widen_tail<L: Load<f32>>(
 /// Two parts of one buffer of cells.
 pub(crate) type Halves<'s> = (&'s [Cell<f32>], &'s [Cell<f32>]);
 
-/// True when the planned scratch is short of one panel of each operand:
-/// the kernel then packs on its stack (`kc` is at most `KC_MIN` there,
-/// which setup checked).
-pub(crate) fn needs_stack(p: &Panels, scratch: &[Cell<f32>]) -> bool {
-    scratch.len() < least(p)
-}
+/// A kernel's stack buffer, set up (zeroed) only when it is used: most
+/// products have their planned scratch.
+pub(crate) type OnStack = OnceCell<[Cell<f32>; STACK_FLOATS]>;
 
-/// `room` (the scratch, or the stack buffer where [`needs_stack`]) split
-/// into the widened tail panel (`width × kc`) and the rest.
-pub(crate) fn split<'s>(p: &Panels, room: &'s [Cell<f32>]) -> Option<Halves<'s>> {
+/// The scratch split into the widened tail panel (`width × kc`) and the
+/// rest, on the stack when the planned scratch is short of one panel of
+/// each operand (then `kc` is at most `KC_MIN`, which setup checked).
+pub(crate) fn split<'s>(
+    p: &Panels,
+    scratch: &'s [Cell<f32>],
+    on_stack: &'s OnStack,
+) -> Option<Halves<'s>> {
+    let room = if scratch.len() < least(p) {
+        &on_stack.get_or_init(|| core::array::from_fn(|_| Cell::new(0.0)))[..]
+    } else {
+        scratch
+    };
     (room.len() >= least(p)).then(|| room.split_at(p.side.width() * p.kc))
 }
 
@@ -289,15 +296,8 @@ pub fn gemm_left<L: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end {
         return;
     }
-    // Zeroed only when used: most products have their planned scratch.
-    let on_stack: [Cell<f32>; STACK_FLOATS];
-    let room = if needs_stack(p, scratch) {
-        on_stack = core::array::from_fn(|_| Cell::new(0.0));
-        &on_stack[..]
-    } else {
-        scratch
-    };
-    let Some((tail, bpack)) = split(p, room) else {
+    let on_stack = OnStack::new();
+    let Some((tail, bpack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
             "setup admitted a depth block deeper than the scratch"
@@ -362,15 +362,8 @@ pub fn gemm_right<L: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end {
         return;
     }
-    // Zeroed only when used: most products have their planned scratch.
-    let on_stack: [Cell<f32>; STACK_FLOATS];
-    let room = if needs_stack(p, scratch) {
-        on_stack = core::array::from_fn(|_| Cell::new(0.0));
-        &on_stack[..]
-    } else {
-        scratch
-    };
-    let Some((tail, apack)) = split(p, room) else {
+    let on_stack = OnStack::new();
+    let Some((tail, apack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
             "setup admitted a depth block deeper than the scratch"
