@@ -22,9 +22,9 @@
 //! product keeps its im2col panels, which it reads two at a time.
 
 use super::cells::Load;
-use super::gemm::{Dst, Finish, Isa, MC, MR, NC, NR};
+use super::gemm::{Dst, Finish, Isa, OnStack, MC, MR, NC, NR};
 use super::linalg::ConvShape;
-use super::prepacked::{split, widen_tail, OnStack, Panels};
+use super::prepacked::{split, widen_tail, Panels};
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -159,7 +159,7 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end || k != s.k() {
         return;
     }
-    let on_stack = OnStack::new();
+    let on_stack = OnStack::default();
     let Some((tail, _)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,

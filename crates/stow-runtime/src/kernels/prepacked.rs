@@ -22,12 +22,12 @@
 
 use super::cells::Load;
 use super::gemm::{
-    self, micro_kernel, micro_kernel_pair, round_up, Dst, PackA, PackB, MC, MR, NC, NR,
+    self, micro_kernel, micro_kernel_pair, round_up, Dst, OnStack, PackA, PackB, MC, MR, NC, NR,
     STACK_FLOATS,
 };
 use super::qlinear::igemm;
 use alloc::vec::Vec;
-use core::cell::{Cell, OnceCell};
+use core::cell::Cell;
 use core::ops::Range;
 
 pub use stow_bundle::format::{PACKED_ATTR, PACKED_LEFT_ATTR};
@@ -256,10 +256,6 @@ pub(crate) fn widen_tail<L: Load<f32>>(
 /// Two parts of one buffer of cells.
 pub(crate) type Halves<'s> = (&'s [Cell<f32>], &'s [Cell<f32>]);
 
-/// A kernel's stack buffer, set up (zeroed) only when it is used: most
-/// products have their planned scratch.
-pub(crate) type OnStack = OnceCell<[Cell<f32>; STACK_FLOATS]>;
-
 /// The scratch split into the widened tail panel (`width × kc`) and the
 /// rest, on the stack when the planned scratch is short of one panel of
 /// each operand (then `kc` is at most `KC_MIN`, which setup checked).
@@ -269,7 +265,7 @@ pub(crate) fn split<'s>(
     on_stack: &'s OnStack,
 ) -> Option<Halves<'s>> {
     let room = if scratch.len() < least(p) {
-        &on_stack.get_or_init(|| core::array::from_fn(|_| Cell::new(0.0)))[..]
+        on_stack.room()
     } else {
         scratch
     };
@@ -296,7 +292,7 @@ pub fn gemm_left<L: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end {
         return;
     }
-    let on_stack = OnStack::new();
+    let on_stack = OnStack::default();
     let Some((tail, bpack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
@@ -362,7 +358,7 @@ pub fn gemm_right<L: Load<f32>>(
     if m == 0 || k == 0 || cols.start >= end {
         return;
     }
-    let on_stack = OnStack::new();
+    let on_stack = OnStack::default();
     let Some((tail, apack)) = split(p, scratch, &on_stack) else {
         debug_assert!(
             false,
