@@ -12,7 +12,6 @@
 //! waits for first, so consecutive queries read neighbouring nodes.
 
 use super::Budget;
-use crate::bound::max_live_count;
 use crate::index::{best_gap, PlacedIndex, Taken};
 use crate::problem::{Buffer, ConflictModel, Problem};
 use std::cmp::Reverse;
@@ -33,20 +32,6 @@ pub(super) fn place(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
     });
     place_in_order(problem, &order, budget, |_, _| 0)
 }
-
-/// The time sweep is used while at most this many buffers are live at
-/// once. A buffer that waits is queried twice, and a query reads every
-/// buffer live beside it: with thousands live (training traces) the sweep
-/// was 15–20 % slower than largest first (20,000 training buffers), while
-/// with tens live (activation traces) it is the jumps in time that cost.
-const SWEEP_MAX_LIVE: u64 = 512;
-
-/// And from this many buffers on: the sweep pays by reading the index in
-/// order, which matters once the index outgrows the caches (1,000,000
-/// synthetic buffers: 0.8 times the time). Below, it measured no faster
-/// (10,000 buffers: 8 % slower in one series of three runs; 100,000 and
-/// 300,000: within the noise), so the plain order stays.
-const SWEEP_MIN_BUFFERS: usize = 250_000;
 
 /// Buffers placed between two looks at the clock: a query can read
 /// thousands of placed buffers when that many are live at once (training
@@ -91,57 +76,86 @@ pub(super) fn place_in_order(
 
 /// [`place`] under lifetimes, in a time sweep (see [`sweep`]).
 fn place_sweeping(problem: &Problem, budget: Budget) -> Option<Vec<u64>> {
-    let mut index = PlacedIndex::new(problem);
-    for (i, b) in problem.buffers.iter().enumerate() {
-        if let Some(o) = b.pinned_offset {
-            index.place(i, o);
-        }
-    }
     // Size descending, then start, then id: largest first.
     let size = |i: usize| problem.buffers[i].size;
-    sweep(problem, &mut index, size, budget, |taken, b| {
+    sweep(problem, size, budget, |taken, b| {
         best_gap(taken, b.size, b.align, |_| 0)
-    })?;
-    Some(index.into_offsets())
+    })
 }
 
-/// Whether [`sweep`] pays on `problem`: lifetimes, and at most
-/// [`SWEEP_MAX_LIVE`] buffers live at once, at least
-/// [`SWEEP_MIN_BUFFERS`] buffers.
+/// Whether [`sweep`] applies to `problem`: lifetimes. It used to pay
+/// only from 250,000 buffers with at most 512 live at once; since each
+/// query reads only the buffers ranked before it and a waiting buffer is
+/// not queried again, it measured as fast as the plain order or faster at
+/// every size tried (synthetic 10,000 to 1,000,000 buffers; training
+/// traces of 5,000 to 100,000 buffers, thousands live: 0.83–0.89 times
+/// the time; BENCHMARKS.md, "Session 44").
 pub(super) fn sweeps_well(problem: &Problem) -> bool {
     matches!(problem.conflicts, ConflictModel::Lifetimes)
-        && problem.buffers.len() >= SWEEP_MIN_BUFFERS
-        && max_live_count(problem) <= SWEEP_MAX_LIVE
 }
 
-/// Places every unplaced buffer of a lifetime `index` where `fit` puts it
-/// given the placed buffers overlapping it, in the order `priority` gives
-/// (higher first, then earlier start, then lower id), as a pass over that
-/// order would, but in a time sweep: each buffer in order of start, after
-/// the unplaced buffers it waits for (those overlapping it and coming
-/// first), which wait in turn on a stack. When a buffer is placed, the
-/// placed buffers overlapping it are exactly those that come before it
-/// (any later one overlapping it would have waited for it), and a
-/// buffer's place depends on nothing else, so the layout is the one the
-/// order gives. A buffer is queried at most twice: once to find what it
-/// waits for, once to place it. `None` when the budget runs out first
-/// (the index then holds part of the layout).
+/// Places the buffers of a lifetime problem (pinned ones at their pins)
+/// where `fit` puts each given the placed buffers overlapping it, in the
+/// order `priority` gives (higher first, then earlier start, then lower
+/// id), as a pass over that order would, but in a time sweep: each buffer
+/// in order of start, after the unplaced buffers it waits for (those
+/// overlapping it and coming first), which wait in turn on a stack. When
+/// a buffer is placed, the placed buffers overlapping it are exactly those
+/// that come before it (any later one overlapping it would have waited for
+/// it), and a buffer's place depends on nothing else, so the layout is the
+/// one the order gives. A buffer is queried once: one that waits keeps
+/// what its query found, and the buffers it waited for are added; each
+/// query reads only the buffers ranked before it
+/// ([`PlacedIndex::ranked`]). `None` when the budget runs out first.
 pub(super) fn sweep(
     problem: &Problem,
-    index: &mut PlacedIndex,
     priority: impl Fn(usize) -> u64,
     budget: Budget,
     mut fit: impl FnMut(&[Taken], &Buffer) -> u64,
-) -> Option<()> {
-    for i in 0..problem.buffers.len() {
-        if problem.is_trivial(i) && !index.is_placed(i) {
+) -> Option<Vec<u64>> {
+    let n = problem.buffers.len();
+    // Pinned buffers first (placed before anything), then the order. A
+    // packed key sorts a million buffers in a fraction of the time tuples
+    // take.
+    let (pinned, free): (Vec<u32>, Vec<u32>) =
+        (0..n as u32).partition(|&i| problem.buffers[i as usize].pinned_offset.is_some());
+    let mut keys: Vec<u128> = free
+        .iter()
+        .map(|&i| {
+            let b = &problem.buffers[i as usize];
+            (u128::from(!priority(i as usize)) << 64)
+                | (u128::from(b.lifetime.start) << 32)
+                | u128::from(i)
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut order = pinned;
+    order.extend(keys.iter().map(|&k| k as u32));
+    drop(keys);
+    let mut rank = vec![0u32; n];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i as usize] = r as u32;
+    }
+    drop(order);
+    let mut index = PlacedIndex::ranked(problem, &rank);
+    for (i, b) in problem.buffers.iter().enumerate() {
+        if let Some(o) = b.pinned_offset {
+            index.place(i, o);
+        } else if problem.is_trivial(i) {
             // Invisible to every query (no bytes, or no lifetime).
             index.place(i, 0);
         }
     }
-    index.set_priorities(&priority);
     let sweep = index.by_start().expect("a lifetime index");
     let (mut taken, mut pending) = (Vec::new(), Vec::new());
+    // A buffer that waits keeps what its query found (a frame), and is
+    // marked on the stack: once the buffers it waits for are placed, they
+    // are the only ones placed since that overlap it (any other would
+    // have been ranked before it and unplaced, so among them), and it is
+    // placed without a second query.
+    const WAITING: u32 = 1 << 31;
+    let mut frames: Vec<(Vec<Taken>, Vec<u64>)> = Vec::new();
+    let mut spare: Vec<(Vec<Taken>, Vec<u64>)> = Vec::new();
     let mut stack: Vec<u32> = Vec::new();
     let mut queries = 0usize;
     for &j in &sweep {
@@ -150,25 +164,44 @@ pub(super) fn sweep(
         }
         stack.push(j as u32);
         while let Some(&top) = stack.last() {
-            let i = top as usize;
-            if index.is_placed(i) {
-                stack.pop();
-                continue;
+            let i = (top & !WAITING) as usize;
+            if top & WAITING != 0 {
+                let (mut found, waited) = frames.pop().expect("a frame per waiting buffer");
+                index.push_placed(&waited, &mut found);
+                std::mem::swap(&mut taken, &mut found);
+                spare.push((found, waited));
+            } else {
+                if index.is_placed(i) {
+                    stack.pop();
+                    continue;
+                }
+                queries += 1;
+                if queries.is_multiple_of(CLOCK_EVERY) && budget.expired() {
+                    return None;
+                }
+                index.ranked_before(i, rank[i], &mut taken, &mut pending);
+                if !pending.is_empty() {
+                    *stack.last_mut().expect("the top") |= WAITING;
+                    // Latest start first on the stack, so that the
+                    // earliest is placed first: the walk goes on through
+                    // time, and neighbouring queries read neighbouring
+                    // nodes (0.88 times the time on a million buffers).
+                    pending.sort_unstable_by(|a, b| b.cmp(a));
+                    stack.extend(pending.iter().map(|&k| k as u32));
+                    let (mut t, mut p) = spare.pop().unwrap_or_default();
+                    std::mem::swap(&mut t, &mut taken);
+                    std::mem::swap(&mut p, &mut pending);
+                    frames.push((t, p));
+                    continue;
+                }
             }
-            queries += 1;
-            if queries.is_multiple_of(CLOCK_EVERY) && budget.expired() {
-                return None;
-            }
-            if !index.taken_if_ready(i, priority(i), &mut taken, &mut pending) {
-                stack.extend_from_slice(&pending);
-                continue;
-            }
+            index.sort_taken(&mut taken);
             let offset = fit(&taken, &problem.buffers[i]);
             index.place(i, offset);
             stack.pop();
         }
     }
-    Some(())
+    Some(index.into_offsets())
 }
 
 #[cfg(test)]
@@ -255,25 +288,14 @@ mod tests {
             for (k, &i) in order.iter().enumerate() {
                 priority[i] = (n - k) as u64;
             }
-            let mut index = PlacedIndex::new(&p);
-            for (i, b) in p.buffers.iter().enumerate() {
-                if let Some(o) = b.pinned_offset {
-                    index.place(i, o);
-                }
-            }
-            sweep(
+            let got = sweep(
                 &p,
-                &mut index,
                 |i| priority[i],
                 Budget::unlimited(),
                 |t, b| crate::index::lowest_gap(t, b.size, b.align),
             )
             .expect("unlimited");
-            assert_eq!(
-                index.into_offsets(),
-                lowest_in_order(&p, &order),
-                "seed {seed}"
-            );
+            assert_eq!(got, lowest_in_order(&p, &order), "seed {seed}");
         }
     }
 

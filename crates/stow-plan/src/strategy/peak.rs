@@ -154,8 +154,7 @@ fn layout(
     budget: Budget,
     sweeping: bool,
 ) -> Option<(Vec<u64>, u64)> {
-    let mut index = fresh(problem);
-    if sweeping {
+    let offsets = if sweeping {
         // The same layout as dropping in `order`, with neighbouring
         // queries one after the other (see `greedy_size::sweep`).
         let n = order.len() as u64;
@@ -165,15 +164,15 @@ fn layout(
         }
         sweep(
             problem,
-            &mut index,
             |i| priority[i],
             budget,
             |taken, b| lowest_gap(taken, b.size, b.align),
-        )?;
+        )?
     } else {
+        let mut index = fresh(problem);
         drop_in(problem, &mut index, order, taken, budget)?;
-    }
-    let offsets = index.into_offsets();
+        index.into_offsets()
+    };
     let h = super::height(problem, &offsets);
     Some((offsets, h))
 }
