@@ -12,6 +12,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use alloc::{format, vec};
 use core::cell::Cell;
+use core::sync::atomic::AtomicUsize;
 use thiserror::Error;
 
 /// An operator the runtime cannot run, and why.
@@ -166,9 +167,11 @@ struct Shared<T> {
 // SAFETY: the pointer comes from a `&mut` borrow held for the whole run.
 // Threads of one step view it at the same time only through
 // `kernels::run_part`, whose shares write disjoint elements and read
-// nothing another share writes (see `kernels::splits`), so there is no
-// data race; `Cell` is only ever accessed from the thread that made the
-// view.
+// nothing another share writes (see `kernels::splits`), or, in a depthwise
+// convolution over its own input, write what share 0 read only after an
+// acquire load of the step's counter that share 0 stored with release
+// after reading it (`kernels::depthwise_inplace`), so there is no data
+// race; `Cell` is only ever accessed from the thread that made the view.
 #[allow(unsafe_code)]
 unsafe impl<T> Sync for Shared<T> {}
 
@@ -438,8 +441,10 @@ impl<'b> Session<'b> {
         let scratch = Shared::new(self.scratch.as_mut_slice());
         for (i, step) in self.steps.iter().enumerate() {
             let failure: Slot<Failure> = Slot::default();
+            let progress = AtomicUsize::new(0);
             let share = |part: usize| {
-                let views = Views::pooled(pools.iter().map(|(base, p)| (*base, p.cells(0, p.len))));
+                let views = Views::pooled(pools.iter().map(|(base, p)| (*base, p.cells(0, p.len))))
+                    .with_progress(&progress);
                 let scratch = match step.planned {
                     Some((offset, threads)) if part < threads => {
                         let at = offset + part * step.scratch * 4;

@@ -6,22 +6,38 @@
 //! planes of `IP` input and `OP ≤ IP` output elements, output plane `p`
 //! lands on elements `[p·OP, (p+1)·OP)`, which lie before `(p+1)·IP`: only
 //! input planes `0..=p` are overwritten, and those were read completely
-//! before (plane `p` itself into the temporary). When the planes are the
-//! same size (`OP = IP`), output plane `p` covers input plane `p` exactly,
-//! so threads may take disjoint runs of planes, each with its own
-//! temporary; a smaller output makes a later plane land on an earlier one
-//! another thread may not have read yet, so that case runs in plane order
-//! on one thread.
+//! before (plane `p` itself into the temporary).
+//!
+//! Threads:
+//! - When the planes are the same size (`OP = IP`), output plane `p`
+//!   covers input plane `p` exactly, so threads take disjoint runs of
+//!   planes, each with its own temporary.
+//! - When the output planes are at most half the input's (a stride of 2),
+//!   every output lands within the first `⌈P·OP/IP⌉ ≤ P/2` input planes.
+//!   Share 0 takes at least those, in order, and counts the planes it has
+//!   read; the other shares split the rest, whose input nothing
+//!   overwrites, and each waits before copying a plane into place until
+//!   share 0 has read every input plane under it (a quarter of the way
+//!   into its run for a stride of 2, then never again). Share 0 never
+//!   waits, so shares that run in order from share 0 finish too. This
+//!   needs the step's counter ([`super::run::Views::with_progress`]);
+//!   without it, and for other shapes (a later plane landing on an
+//!   earlier one another thread may not have read yet), the step runs in
+//!   plane order on one thread.
 
 use super::cells::Src;
 use super::gemm::Finish;
 use super::linalg::{bias_at, ConvShape};
 use core::cell::Cell;
+use core::ops::Range;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// True when threads may split the planes: each output plane covers its
-/// own input plane and nothing else.
+/// True when threads may split the planes (given the step's counter):
+/// each output plane covers its own input plane and nothing else, or the
+/// output planes are at most half the input's.
 pub fn parallel(s: &ConvShape) -> bool {
-    s.window.output_plane() == s.window.input_plane()
+    let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+    op == ip || (op > 0 && 2 * op <= ip)
 }
 
 /// Scratch floats per thread: one output plane.
@@ -29,10 +45,73 @@ pub fn scratch_elems(s: &ConvShape) -> usize {
     s.window.output_plane()
 }
 
-/// Runs share `part` of `parts` of the convolution of `x` into `out`,
-/// where `out` starts at `x`'s first element, each output then through
-/// `finish`; `temp` holds at least one output plane. A step that is not
-/// [`parallel`] runs whole as part 0.
+/// What a share does: its planes, and whether it counts them for the
+/// others (share 0) or waits for share 0 before copying into place.
+#[derive(Debug, PartialEq, Eq)]
+enum Role {
+    /// Nothing to wait for or tell.
+    Alone,
+    Counts,
+    Waits,
+}
+
+/// The planes of share `part` of `parts`, and its role; `synced` when the
+/// step's counter is there.
+fn share(s: &ConvShape, part: usize, parts: usize, synced: bool) -> (Range<usize>, Role) {
+    let planes = s.batch * s.groups;
+    let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+    let parts = parts.max(1);
+    if op == ip {
+        let per = planes.div_ceil(parts);
+        let range = (part * per).min(planes)..((part + 1) * per).min(planes);
+        return (range, Role::Alone);
+    }
+    if !(synced && parts > 1 && parallel(s)) {
+        let range = if part == 0 { 0..planes } else { 0..0 };
+        return (range, Role::Alone);
+    }
+    // Input planes some output lands on: share 0's, at least.
+    let landed = (planes * op).div_ceil(ip);
+    let first = planes.div_ceil(parts).max(landed).min(planes);
+    if part == 0 {
+        return (0..first, Role::Counts);
+    }
+    let per = (planes - first).div_ceil(parts - 1);
+    let start = (first + (part - 1) * per).min(planes);
+    (start..(start + per).min(planes), Role::Waits)
+}
+
+/// Tells the waiting shares that share 0 is done (also when it unwinds
+/// from a panic, so that they do not wait forever; the run then fails).
+struct Done<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            p.store(usize::MAX, Ordering::Release);
+        }
+    }
+}
+
+/// Waits until share 0 has read `planes` input planes.
+fn wait_for(progress: &AtomicUsize, planes: usize) {
+    let mut polls = 0u32;
+    while progress.load(Ordering::Acquire) < planes {
+        core::hint::spin_loop();
+        polls = polls.wrapping_add(1);
+        // On a machine busier than its cores, share 0's thread may need
+        // this one's core.
+        #[cfg(feature = "std")]
+        if polls.is_multiple_of(1024) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Runs share `part` of `parts` (`share`) of the convolution of `x` into
+/// `out`, where `out` starts at `x`'s first element, each output then
+/// through `finish`; `temp` holds at least one output plane. `progress`
+/// is the step's counter, if any (see the module's notes).
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     s: &ConvShape,
@@ -42,19 +121,16 @@ pub fn run(
     out: &[Cell<f32>],
     finish: Finish,
     temp: &[Cell<f32>],
-    part: usize,
-    parts: usize,
+    (part, parts): (usize, usize),
+    progress: Option<&AtomicUsize>,
 ) {
-    let planes = s.batch * s.groups;
-    let (p0, p1) = if parallel(s) {
-        let per = planes.div_ceil(parts.max(1));
-        ((part * per).min(planes), ((part + 1) * per).min(planes))
-    } else if part == 0 {
-        (0, planes)
-    } else {
+    let (planes, role) = share(s, part, parts, progress.is_some());
+    let _done = Done(progress.filter(|_| role == Role::Counts));
+    if planes.is_empty() {
         return;
-    };
-    let plane = s.window.output_plane();
+    }
+    let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+    let plane = op;
     let Some(temp) = temp.get(..plane) else {
         return;
     };
@@ -63,27 +139,30 @@ pub fn run(
         temp.iter().for_each(|c| c.set(b));
     };
     let place = |p: usize| {
+        if let (Role::Waits, Some(progress)) = (&role, progress) {
+            wait_for(progress, ((p + 1) * op).div_ceil(ip));
+        }
         for (o, t) in out[p * plane..(p + 1) * plane].iter().zip(temp) {
             o.set(t.get());
+        }
+        if let (Role::Counts, Some(progress)) = (&role, progress) {
+            progress.store(p + 1, Ordering::Release);
         }
     };
     // The same steps per plane as the loop below, with the band set up
     // once.
     let through = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-        super::depthwise::depthwise_through(s, x, w, temp, p0..p1, finish, fill, place)
+        super::depthwise::depthwise_through(s, x, w, temp, planes.clone(), finish, fill, place)
     }));
     if through {
         return;
     }
-    for p in p0..p1 {
-        let b = bias_at(bias, p % s.groups);
-        temp.iter().for_each(|c| c.set(b));
+    for p in planes {
+        fill(p);
         crate::with_load!(x, |x| crate::with_load!(weight, |w| {
             super::depthwise::depthwise(s, x, w, temp, p..p + 1, p, finish)
         }));
-        for (o, t) in out[p * plane..(p + 1) * plane].iter().zip(temp) {
-            o.set(t.get());
-        }
+        place(p);
     }
 }
 
@@ -176,7 +255,7 @@ mod tests {
     #[test]
     fn in_place_matches_out_of_place() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let (mut cases, mut strided, mut parallel_cases) = (0, 0, 0);
+        let (mut cases, mut strided, mut parallel_cases, mut shrinking) = (0, 0, 0, 0);
         while cases < 300 {
             let Some(s) = random_shape(&mut rng) else {
                 continue;
@@ -210,12 +289,17 @@ mod tests {
                 &[],
                 (0, 1),
             );
-            for parts in 1..=3 {
+            let same = w.output_plane() == w.input_plane();
+            for (parts, synced) in [(1, false), (2, false), (2, true), (3, true), (4, true)] {
                 let buffer: Vec<Cell<f32>> = x.iter().map(|&v| Cell::new(v)).collect();
                 let temps: Vec<Vec<Cell<f32>>> = (0..parts)
                     .map(|_| vec![Cell::new(f32::NAN); scratch_elems(&s)])
                     .collect();
-                let order: Vec<usize> = if parallel(&s) && parts > 1 {
+                let progress = AtomicUsize::new(0);
+                // Shares of equal planes touch disjoint planes, so their
+                // order cannot matter; the others wait for share 0 alone,
+                // so they run from share 0 on.
+                let order: Vec<usize> = if same && parts > 1 {
                     (0..parts).rev().collect()
                 } else {
                     (0..parts).collect()
@@ -229,8 +313,8 @@ mod tests {
                         &buffer[..want.len()],
                         finish,
                         &temps[part],
-                        part,
-                        parts,
+                        (part, parts),
+                        synced.then_some(&progress),
                     );
                 }
                 for (i, (got, want)) in buffer.iter().zip(&want).enumerate() {
@@ -244,10 +328,51 @@ mod tests {
             cases += 1;
             strided += usize::from(w.strides.contains(&2));
             parallel_cases += usize::from(parallel(&s));
+            shrinking += usize::from(parallel(&s) && !same);
         }
         assert!(
-            strided > 50 && parallel_cases > 50,
-            "{strided} strided, {parallel_cases} parallel"
+            strided > 50 && parallel_cases > 50 && shrinking > 20,
+            "{strided} strided, {parallel_cases} parallel, {shrinking} shrinking"
         );
+    }
+
+    /// Every plane goes to exactly one share; with the counter, share 0
+    /// holds every input plane an output lands on, and the others wait
+    /// only for planes below their own.
+    #[test]
+    fn shares_cover_the_planes_once() {
+        let mut rng = Rng(0x5EED);
+        let mut checked = 0;
+        while checked < 500 {
+            let Some(s) = random_shape(&mut rng) else {
+                continue;
+            };
+            let planes = s.batch * s.groups;
+            let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+            for parts in 1..=4 {
+                for synced in [false, true] {
+                    let mut seen = vec![0u32; planes];
+                    let mut first = 0;
+                    for part in 0..parts {
+                        let (range, role) = share(&s, part, parts, synced);
+                        if part == 0 {
+                            first = range.end;
+                        }
+                        if role == Role::Waits {
+                            assert!(range.start >= first);
+                            assert!(first >= (planes * op).div_ceil(ip));
+                            for p in range.clone() {
+                                assert!(((p + 1) * op).div_ceil(ip) <= first);
+                            }
+                        }
+                        for p in range {
+                            seen[p] += 1;
+                        }
+                    }
+                    assert!(seen.iter().all(|&n| n == 1), "{s:?}, {parts} parts");
+                }
+            }
+            checked += 1;
+        }
     }
 }

@@ -9,6 +9,7 @@ use super::{
     Kernel, Loc, MatMul, Operand, Step,
 };
 use core::cell::Cell;
+use core::sync::atomic::AtomicUsize;
 use stow_bundle::DType;
 
 /// Why a step failed while running.
@@ -35,6 +36,9 @@ pub struct Views<'a> {
     /// `(base, bytes)` of each pool in base order; unused entries have
     /// base `usize::MAX` and no bytes.
     pools: [(usize, &'a [Cell<u8>]); MAX_POOLS],
+    /// Where the shares of one step say how far they are, when a share may
+    /// wait for share 0 ([`Views::with_progress`]).
+    progress: Option<&'a AtomicUsize>,
 }
 
 impl<'a> Views<'a> {
@@ -42,7 +46,10 @@ impl<'a> Views<'a> {
     pub fn single(arena: &'a [Cell<u8>]) -> Views<'a> {
         let mut pools: [(usize, &'a [Cell<u8>]); MAX_POOLS] = [(usize::MAX, &[]); MAX_POOLS];
         pools[0] = (0, arena);
-        Views { pools }
+        Views {
+            pools,
+            progress: None,
+        }
     }
 
     /// The views of several pools, `(base, bytes)` in increasing base
@@ -52,7 +59,20 @@ impl<'a> Views<'a> {
         for (slot, pool) in pools.iter_mut().zip(list) {
             *slot = pool;
         }
-        Views { pools }
+        Views {
+            pools,
+            progress: None,
+        }
+    }
+
+    /// These views with a counter, set to 0, that the shares of one step
+    /// share: with it, a share other than 0 may wait for share 0 (a
+    /// depthwise convolution whose smaller output lands on its own input,
+    /// `depthwise_inplace`). Only for shares that run at the same time or
+    /// in order from share 0: share 0 never waits.
+    pub fn with_progress(mut self, progress: &'a AtomicUsize) -> Views<'a> {
+        self.progress = Some(progress);
+        self
     }
 
     /// The pool holding arena offset `off`, and `off` within it.
@@ -421,8 +441,8 @@ pub fn run_part(
                 v.dst(&outs[0])?,
                 *finish,
                 scratch,
-                part,
-                parts,
+                (part, parts),
+                v.progress,
             )
         }
         Kernel::Deconv(s) => {
