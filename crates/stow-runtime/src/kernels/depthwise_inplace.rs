@@ -70,9 +70,13 @@ fn share(s: &ConvShape, part: usize, parts: usize, synced: bool) -> (Range<usize
         let range = if part == 0 { 0..planes } else { 0..0 };
         return (range, Role::Alone);
     }
-    // Input planes some output lands on: share 0's, at least.
+    // Input planes some output lands on: share 0's, at least. Beyond
+    // that, share 0 takes `m` planes such that `m = r·m + (P − m)/(N − 1)`
+    // (`r = OP/IP`): the others' first wait is about `r·m` planes of share
+    // 0's time, so an even split would leave share 0 idle at the end.
     let landed = (planes * op).div_ceil(ip);
-    let first = planes.div_ceil(parts).max(landed).min(planes);
+    let balanced = (planes * ip).div_ceil((parts - 1) * (ip - op) + ip);
+    let first = balanced.max(landed).min(planes);
     if part == 0 {
         return (0..first, Role::Counts);
     }
