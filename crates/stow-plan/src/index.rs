@@ -372,7 +372,7 @@ impl<'p> PlacedIndex<'p> {
         Self::build(problem, None)
     }
 
-    /// An index for [`PlacedIndex::taken_if_ready`]: `ranks` gives every
+    /// An index for [`PlacedIndex::ranked_before`]: `ranks` gives every
     /// buffer a distinct rank. Under lifetimes, a query reads the buffers
     /// ranked before the one it is for and stops there, rather than every
     /// buffer overlapping it (a sweep in time meets mostly later,

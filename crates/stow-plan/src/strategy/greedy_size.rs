@@ -114,9 +114,8 @@ pub(super) fn sweep(
     mut fit: impl FnMut(&[Taken], &Buffer) -> u64,
 ) -> Option<Vec<u64>> {
     let n = problem.buffers.len();
-    // Pinned buffers first (placed before anything), then the order. A
-    // packed key sorts a million buffers in a fraction of the time tuples
-    // take.
+    // Pinned buffers first (placed before anything), then the order: the
+    // priority, start and id packed in one key.
     let (pinned, free): (Vec<u32>, Vec<u32>) =
         (0..n as u32).partition(|&i| problem.buffers[i as usize].pinned_offset.is_some());
     let mut keys: Vec<u128> = free
@@ -153,16 +152,17 @@ pub(super) fn sweep(
     // are the only ones placed since that overlap it (any other would
     // have been ranked before it and unplaced, so among them), and it is
     // placed without a second query.
-    const WAITING: u32 = 1 << 31;
+    // Above every id (ids are u32), so any buffer count works.
+    const WAITING: u64 = 1 << 32;
     let mut frames: Vec<(Vec<Taken>, Vec<u64>)> = Vec::new();
     let mut spare: Vec<(Vec<Taken>, Vec<u64>)> = Vec::new();
-    let mut stack: Vec<u32> = Vec::new();
+    let mut stack: Vec<u64> = Vec::new();
     let mut queries = 0usize;
     for &j in &sweep {
         if index.is_placed(j) {
             continue;
         }
-        stack.push(j as u32);
+        stack.push(j as u64);
         while let Some(&top) = stack.last() {
             let i = (top & !WAITING) as usize;
             if top & WAITING != 0 {
@@ -187,7 +187,7 @@ pub(super) fn sweep(
                     // time, and neighbouring queries read neighbouring
                     // nodes (0.88 times the time on a million buffers).
                     pending.sort_unstable_by(|a, b| b.cmp(a));
-                    stack.extend(pending.iter().map(|&k| k as u32));
+                    stack.extend(pending.iter().map(|&k| u64::from(k as u32)));
                     let (mut t, mut p) = spare.pop().unwrap_or_default();
                     std::mem::swap(&mut t, &mut taken);
                     std::mem::swap(&mut p, &mut pending);

@@ -17,8 +17,8 @@
 //!   Share 0 takes at least those, in order, and counts the planes it has
 //!   read; the other shares split the rest, whose input nothing
 //!   overwrites, and each waits before copying a plane into place until
-//!   share 0 has read every input plane under it (a quarter of the way
-//!   into its run for a stride of 2, then never again). Share 0 never
+//!   share 0 has read every input plane under it (at stride 2, at first
+//!   for about a quarter of share 0's run, then hardly again). Share 0 never
 //!   waits, so shares that run in order from share 0 finish too. This
 //!   needs the step's counter ([`super::run::Views::with_progress`]);
 //!   without it, and for other shapes (a later plane landing on an
