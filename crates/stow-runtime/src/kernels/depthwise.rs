@@ -16,7 +16,7 @@
 //! than [`MAX_TAPS`] taps per plane take the plain path: one tap at a
 //! time over the columns of each output row it reaches.
 
-use super::cells::{zip_row, Load};
+use super::cells::{map_row, zip_row, Load};
 use super::float::Float;
 use super::gemm::Finish;
 use super::linalg::ConvShape;
@@ -39,47 +39,49 @@ const MAX_TAPS: usize = 49;
 /// read the input with a stride.
 const HALF_ROW: usize = 512;
 
-/// Adds the convolution of planes `planes` of `x` with `weight` to `out`
-/// (which holds the bias), each plane then through `finish` while it is
-/// in cache. `out` starts at output plane `first` (0 for the whole output;
-/// the in-place kernel passes a one-plane temporary).
+/// Writes `bias(p)` plus the convolution of plane `p` of `x` with
+/// `weight` over output plane `p` of `out`, for every `p` in `planes`,
+/// each output then through `finish` while it is in cache. `out` starts
+/// at output plane `first` (0 for the whole output; the in-place kernel
+/// passes a one-plane temporary); what it held before is never read.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn depthwise(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
+    bias: impl Fn(usize) -> f32,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
     first: usize,
     finish: Finish,
 ) {
     let Some(band) = Band::of(&s.window) else {
-        return plain(s, x, weight, out, planes, first, finish);
+        return plain(s, x, weight, bias, out, planes, first, finish);
     };
     let plane = s.window.output_plane();
     let hooks = Hooks {
         place: |p: usize| (p - first) * plane,
-        before: |_| {},
+        bias,
         after: |_| {},
     };
     run_banded(s, &band, x, weight, out, planes, finish, hooks)
 }
 
 /// [`depthwise`] of `planes` one at a time into `temp` (one output plane):
-/// `before(p)` readies `temp` (the bias), plane `p` is summed into it and
-/// finished, then `after(p)` moves it to its place. The band and its
-/// buffers are set up once for all the planes; calling [`depthwise`] per
-/// plane set them up (and zeroed 6 KiB) for each. False, having done
-/// nothing, where the band kernel does not apply.
+/// plane `p` is written there and finished, then `after(p)` moves it to
+/// its place. The band and its buffers are set up once for all the
+/// planes; calling [`depthwise`] per plane set them up (and zeroed 6 KiB)
+/// for each. False, having done nothing, where the band kernel does not
+/// apply.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn depthwise_through(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
+    bias: impl Fn(usize) -> f32,
     temp: &[Cell<f32>],
     planes: core::ops::Range<usize>,
     finish: Finish,
-    before: impl FnMut(usize),
     after: impl FnMut(usize),
 ) -> bool {
     let Some(band) = Band::of(&s.window) else {
@@ -87,23 +89,23 @@ pub(super) fn depthwise_through(
     };
     let hooks = Hooks {
         place: |_| 0,
-        before,
+        bias,
         after,
     };
     run_banded(s, &band, x, weight, temp, planes, finish, hooks);
     true
 }
 
-/// Where each plane's output starts in `out`, and what to do before and
+/// Where each plane's output starts in `out`, its bias, and what to do
 /// after it.
 struct Hooks<P, B, A> {
     place: P,
-    before: B,
+    bias: B,
     after: A,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run_banded<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
+fn run_banded<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
@@ -136,7 +138,7 @@ fn run_banded<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-fn banded_avx512<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
+fn banded_avx512<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
@@ -152,7 +154,7 @@ fn banded_avx512<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-fn banded_fma<P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
+fn banded_fma<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
@@ -311,7 +313,7 @@ fn split_row(even: &mut [f32], odd: &mut [f32], row: impl Load<f32>, pad: usize)
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn banded<const FMA: bool, P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usize)>(
+fn banded<const FMA: bool, P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
     s: &ConvShape,
     band: &Band,
     x: impl Load<f32>,
@@ -330,12 +332,21 @@ fn banded<const FMA: bool, P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usiz
     let mut buf = [0f32; BAND_IN];
     let mut flat = [0f32; BAND_OUT];
     for plane in planes {
-        (hooks.before)(plane);
+        let b = (hooks.bias)(plane);
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
         let ob = (hooks.place)(plane);
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
+            let depth_plane = &out[ob + oz * oh * ow..ob + (oz + 1) * oh * ow];
+            // With one depth tap (every 2-d convolution) each band's rows
+            // are complete once written: they are stored as bias + sums
+            // and finished while in cache, and the output is never read.
+            // Otherwise the bias comes first and each tap adds to it.
+            let single = kz1 - kz0 == 1;
+            if !single {
+                depth_plane.iter().for_each(|c| c.set(b));
+            }
             for kz in kz0..kz1 {
                 let z = w.input_at(0, oz, kz);
                 let slice = x.sub(xb + z * ih * iw, ih * iw);
@@ -362,17 +373,25 @@ fn banded<const FMA: bool, P: Fn(usize) -> usize, B: FnMut(usize), A: FnMut(usiz
                         flat[f0..f0 + CHUNK].copy_from_slice(&sum);
                         f0 += CHUNK;
                     }
-                    for r in 0..rows {
-                        let at = ob + (oz * oh + oy0 + r) * ow;
+                    let band_out = &depth_plane[oy0 * ow..(oy0 + rows) * ow];
+                    for (r, dst) in band_out.chunks_exact(ow).enumerate() {
                         let row = &flat[r * band.width..r * band.width + ow];
-                        let dst = &out[at..at + ow];
-                        zip_row(dst, dst, row, |o, v| o + v);
+                        if single {
+                            map_row(dst, row, |v| b + v);
+                        } else {
+                            zip_row(dst, dst, row, |o, v| o + v);
+                        }
+                    }
+                    if single {
+                        finish.apply(band_out);
                     }
                     oy0 += rows;
                 }
             }
+            if !single {
+                finish.apply(depth_plane);
+            }
         }
-        finish.apply(&out[ob..ob + w.output_plane()]);
         (hooks.after)(plane);
     }
 }
@@ -414,6 +433,7 @@ fn plain(
     s: &ConvShape,
     x: impl Load<f32>,
     weight: impl Load<f32>,
+    bias: impl Fn(usize) -> f32,
     out: &[Cell<f32>],
     planes: core::ops::Range<usize>,
     first: usize,
@@ -429,6 +449,8 @@ fn plain(
         let ch = plane % s.groups;
         let xb = plane * w.input_plane();
         let ob = (plane - first) * w.output_plane();
+        let b = bias(plane);
+        out[ob..ob + w.output_plane()].iter().for_each(|c| c.set(b));
         for oz in 0..od {
             let (kz0, kz1) = w.taps(0, oz);
             for oy in 0..oh {
@@ -619,18 +641,20 @@ mod tests {
             max_first: true,
         };
         let finish = Finish::Clamp(clamp);
+        let plane_bias = |p: usize| bias[p];
         for path in ["dispatch", "plain", "banded", "banded fma"] {
             let band = Band::of(w);
-            let out: Vec<Cell<f32>> = (0..want.len())
-                .map(|i| Cell::new(bias[i / plane.max(1)]))
-                .collect();
+            // The kernels write every output: what was there is never read.
+            let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
             match (path, &band) {
-                ("dispatch", _) => depthwise(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
-                ("plain", _) => plain(&s, &x[..], &weight[..], &out, 0..3, 0, finish),
+                ("dispatch", _) => {
+                    depthwise(&s, &x[..], &weight[..], plane_bias, &out, 0..3, 0, finish)
+                }
+                ("plain", _) => plain(&s, &x[..], &weight[..], plane_bias, &out, 0..3, 0, finish),
                 ("banded", Some(b)) => {
                     let hooks = Hooks {
                         place: |p: usize| p * plane,
-                        before: |_| {},
+                        bias: plane_bias,
                         after: |_| {},
                     };
                     banded::<false, _, _, _>(&s, b, &x[..], &weight[..], &out, 0..3, finish, hooks)
@@ -638,7 +662,7 @@ mod tests {
                 ("banded fma", Some(b)) => {
                     let hooks = Hooks {
                         place: |p: usize| p * plane,
-                        before: |_| {},
+                        bias: plane_bias,
                         after: |_| {},
                     };
                     banded::<true, _, _, _>(&s, b, &x[..], &weight[..], &out, 0..3, finish, hooks)

@@ -138,10 +138,7 @@ pub fn run(
     let Some(temp) = temp.get(..plane) else {
         return;
     };
-    let fill = |p: usize| {
-        let b = bias_at(bias, p % s.groups);
-        temp.iter().for_each(|c| c.set(b));
-    };
+    let plane_bias = |p: usize| bias_at(bias, p % s.groups);
     let place = |p: usize| {
         if let (Role::Waits, Some(progress)) = (&role, progress) {
             wait_for(progress, ((p + 1) * op).div_ceil(ip));
@@ -156,15 +153,23 @@ pub fn run(
     // The same steps per plane as the loop below, with the band set up
     // once.
     let through = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-        super::depthwise::depthwise_through(s, x, w, temp, planes.clone(), finish, fill, place)
+        super::depthwise::depthwise_through(
+            s,
+            x,
+            w,
+            plane_bias,
+            temp,
+            planes.clone(),
+            finish,
+            place,
+        )
     }));
     if through {
         return;
     }
     for p in planes {
-        fill(p);
         crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            super::depthwise::depthwise(s, x, w, temp, p..p + 1, p, finish)
+            super::depthwise::depthwise(s, x, w, plane_bias, temp, p..p + 1, p, finish)
         }));
         place(p);
     }

@@ -480,15 +480,10 @@ pub(super) fn conv_as(
         let planes = s.batch * s.groups;
         let per = planes.div_ceil(parts.max(1));
         let (p0, p1) = ((part * per).min(planes), ((part + 1) * per).min(planes));
-        let plane = s.window.output_plane();
-        let mine = &out[p0 * plane..p1 * plane];
-        // Bias of the planes in this share: plane i is channel i % groups.
-        for (i, row) in mine.chunks_exact(plane.max(1)).enumerate() {
-            let b = bias_at(bias, (p0 + i) % s.groups);
-            row.iter().for_each(|c| c.set(b));
-        }
+        // Plane p is channel p % groups.
+        let plane_bias = |p: usize| bias_at(bias, p % s.groups);
         return crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            super::depthwise::depthwise(s, x, w, out, p0..p1, 0, finish)
+            super::depthwise::depthwise(s, x, w, plane_bias, out, p0..p1, 0, finish)
         }));
     }
     let cols = gemm::share(s.n(), part, parts);

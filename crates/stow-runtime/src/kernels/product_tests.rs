@@ -216,3 +216,51 @@ fn packed_weights_on_either_side_equal_the_unpacked_product() {
     );
     assert!(prepare(&op, &ins, &outs).is_err());
 }
+
+/// One-row products (run without packing) equal the definition whether
+/// the weight is stored transposed (each output a dot product of two
+/// contiguous vectors) or not (rows of the
+/// weight added in turn), for depths and widths on either side of the
+/// vector width, in 1 to 3 shares.
+#[test]
+fn one_row_products_equal_the_definition() {
+    for (k, n) in [
+        (1, 1),
+        (15, 3),
+        (16, 4),
+        (17, 5),
+        (33, 7),
+        (64, 9),
+        (1280, 37),
+    ] {
+        let a: Vec<f32> = (0..k).map(|i| value(i, 3)).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| value(i, 4)).collect();
+        for (expr, shape, at) in [
+            (
+                "mk,nk->mn",
+                [n, k],
+                (|j: usize, p: usize, k: usize, _n: usize| j * k + p)
+                    as fn(usize, usize, usize, usize) -> usize,
+            ),
+            ("mk,kn->mn", [k, n], |j, p, _k, n| p * n + j),
+        ] {
+            let want: Vec<f64> = (0..n)
+                .map(|j| {
+                    (0..k)
+                        .map(|p| f64::from(a[p]) * f64::from(w[at(j, p, k, n)]))
+                        .sum()
+                })
+                .collect();
+            for parts in 1..=3 {
+                let (got, swapped) = einsum(expr, (&[1, k], &a), (&shape, &w), &[1, n], parts);
+                assert!(!swapped);
+                for (j, (got, want)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (f64::from(*got) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{expr} k {k} n {n}, {parts} shares: output {j} is {got}, not {want}"
+                    );
+                }
+            }
+        }
+    }
+}
