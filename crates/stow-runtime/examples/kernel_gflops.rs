@@ -311,6 +311,15 @@ fn main() {
             groups: 1,
         },
         Case {
+            name: "mobilenet_v2 1×1 16→96 112",
+            c_in: 16,
+            c_out: 96,
+            size: 112,
+            kernel: 1,
+            stride: 1,
+            groups: 1,
+        },
+        Case {
             name: "mobilenet_v2 dw 3×3 32 112",
             c_in: 32,
             c_out: 32,

@@ -220,6 +220,10 @@ pub fn fits(p: &Panels, floats: usize) -> bool {
     floats >= least(p) || least(p) <= STACK_FLOATS
 }
 
+/// Deepest depth block [`gemm_left`] walks row panel by row panel: its
+/// packed B block (`NC × SHALLOW_KC` floats, 32 KiB) stays in L1.
+const SHALLOW_KC: usize = 32;
+
 /// Lines of the other operand per block for `floats` of scratch (at most
 /// `most`, whole panels, at least one panel).
 fn block_lines(p: &Panels, lines: usize, most: usize, floats: usize) -> usize {
@@ -315,25 +319,41 @@ pub fn gemm_left<L: Load<f32>>(
                 let at = block + (m - short) * kcb;
                 widen_tail(a, at, short, MR, kcb, tail);
             }
+            let tile = |r0: usize, c0: usize| {
+                let panel = |q: usize| {
+                    let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
+                    &bpack[q * kcb * NR..(q + 1) * kcb * NR]
+                };
+                let b = (panel(0), panel(1));
+                let rows = MR.min(m - r0);
+                let (at, size) = ((r0, j0 + c0), (rows, (2 * NR).min(nc - c0)));
+                let end = (c.start.at(p0, r0, rows), finish);
+                if rows == MR {
+                    let a = a.sub(block + r0 * kcb, kcb * MR);
+                    micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
+                } else {
+                    let a = &tail[..kcb * MR];
+                    micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
+                }
+            };
+            if kcb <= SHALLOW_KC {
+                // The packed blocks of a shallow product sit in L1 however
+                // they are walked; row panel by row panel, C is written as
+                // MR sequential runs of the block's width instead of one
+                // tile of each of MC rows in turn (up to 72 interleaved
+                // runs, more than the hardware prefetcher follows).
+                for r0 in (0..m).step_by(MR) {
+                    for c0 in (0..nc).step_by(2 * NR) {
+                        tile(r0, c0);
+                    }
+                }
+                continue;
+            }
             for i0 in (0..m).step_by(MC) {
                 let mc = MC.min(m - i0);
                 for c0 in (0..nc).step_by(2 * NR) {
-                    let panel = |q: usize| {
-                        let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
-                        &bpack[q * kcb * NR..(q + 1) * kcb * NR]
-                    };
-                    let b = (panel(0), panel(1));
                     for r0 in (i0..i0 + mc).step_by(MR) {
-                        let rows = MR.min(m - r0);
-                        let (at, size) = ((r0, j0 + c0), (rows, (2 * NR).min(nc - c0)));
-                        let end = (c.start.at(p0, r0, rows), finish);
-                        if rows == MR {
-                            let a = a.sub(block + r0 * kcb, kcb * MR);
-                            micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
-                        } else {
-                            let a = &tail[..kcb * MR];
-                            micro_kernel_pair(isa, kcb, a, b, c, at, size, end);
-                        }
+                        tile(r0, c0);
                     }
                 }
             }
