@@ -116,12 +116,20 @@ fn comment_stripping_keeps_code_only() {
     );
 }
 
-/// `libstow_capi.a` next to this test (cargo builds every crate type of
-/// the library for its integration tests).
+/// `libstow_capi.a` as cargo built it for this test: every crate type of
+/// the library is built into `deps/` beside the test binary. The copy
+/// one level up is only refreshed by `cargo build`, so after an edit it
+/// may be an older build's (the C side then ran older code than the
+/// Rust side); it is used only where `deps/` has none.
 fn static_library() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let lib = exe.parent()?.parent()?.join("libstow_capi.a");
-    lib.is_file().then_some(lib)
+    let deps = exe.parent()?;
+    [
+        deps.join("libstow_capi.a"),
+        deps.parent()?.join("libstow_capi.a"),
+    ]
+    .into_iter()
+    .find(|lib| lib.is_file())
 }
 
 fn compile_and_link(source: &Path, exe: &Path) -> Option<()> {
