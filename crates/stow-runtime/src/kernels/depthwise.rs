@@ -8,7 +8,7 @@
 //! rows are then computed as one flat run, [`CHUNK`] outputs at a time
 //! summed in registers over all taps; each output row carries a few
 //! unused columns (the padding's width), which are dropped when the band
-//! is added to the output. Small planes thus cost a few chunks, not a
+//! is written to the output as bias + sums. Small planes thus cost a few chunks, not a
 //! loop per row. With AVX2 and FMA (chosen at run time) each tap is one
 //! fused multiply-add.
 //!
@@ -424,7 +424,8 @@ fn chunks<const FMA: bool, const K: usize>(
     acc
 }
 
-/// The plain path: each output row adds, for every kernel row, its `kw`
+/// The plain path: each output plane starts as the bias, then each
+/// output row adds, for every kernel row, its `kw`
 /// taps, one tap at a time over the columns it reaches. Each tap reads a
 /// contiguous run of the input row or, for stride 2, of its even or odd
 /// columns, split once per input row into a buffer on the stack.
