@@ -164,7 +164,7 @@ impl QConv {
         // and compiles to `vpmaddwd` (`pmaddwd` on the baseline) rather
         // than a 32-bit multiply.
         let plane = oh * ow;
-        let b0s = || (0..s.groups).map(|c| dom.b0(q.channel(c * plane).2));
+        let b0s = || (0..s.groups).map(|c| dom.b0(q.b0(c * plane)));
         if !b0s().all(|b0| b0.unsigned_abs() <= 32_000) {
             return false;
         }
