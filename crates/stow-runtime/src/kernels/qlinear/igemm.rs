@@ -61,8 +61,20 @@ use rows::{rows_of, Packed, RowQuads, RowsOf, Strided, Two};
 pub const NR: usize = 16;
 /// Rows of a tile.
 pub const MR: usize = 4;
-/// Panels packed per block: each row quad read is used this many times.
-pub const NB: usize = 8;
+/// Most panels packed per block: each row quad read is used this many
+/// times ([`block_panels`] of the depth).
+pub const NB: usize = 32;
+
+/// Panels per block for depth `k`: 8, or for shallow products as many as
+/// fill 8 KiB (up to [`NB`]), so that the work done once per block and
+/// group of rows (row sums, lines, pairing) is shared by more tiles. A
+/// 16-deep product over 12,544 lanes ran 8 % faster with 32 panels than
+/// with 8.
+pub fn block_panels(k: usize) -> usize {
+    const BYTES: usize = 8192;
+    let panel = k.div_ceil(4).max(1) * NR * 4;
+    (BYTES / panel).clamp(8, NB)
+}
 
 /// Rows whose sums [`product`] keeps between blocks of panels when they
 /// are read in place (8 KiB of stack).
@@ -147,10 +159,10 @@ pub fn scratch_quads(k: usize, nb: usize) -> usize {
 }
 
 /// Panels per block that `quads` of scratch hold for depth `k` (at most
-/// [`NB`]); 0 when not even one fits.
+/// [`block_panels`]); 0 when not even one fits.
 pub fn panels_per_block(k: usize, quads: usize) -> usize {
     let nq = k.div_ceil(4).max(1);
-    (quads.saturating_sub(nq * MR) / (nq * NR)).min(NB)
+    (quads.saturating_sub(nq * MR) / (nq * NR)).min(block_panels(k))
 }
 
 /// The two operands of one product, as the packers see them.
@@ -376,6 +388,7 @@ fn blocks<'o, O: Operands>(
     let k = ops.depth();
     let nq = k.div_ceil(4);
     let nb = panels_per_block(k, scratch.len());
+    let most = block_panels(k);
     if nb == 0 {
         debug_assert!(false, "scratch short of one panel");
         return;
@@ -399,7 +412,7 @@ fn blocks<'o, O: Operands>(
     while p < panels.end {
         let first_block = p == panels.start;
         let (mut count, mut used) = (0, 0);
-        while count < NB && p + count < panels.end {
+        while count < most && p + count < panels.end {
             let j0 = (p + count) * NR;
             let m = ops.packed_lanes(j0).filter(|m| m.len() == nq * NR);
             sums[count] = match m {

@@ -209,7 +209,15 @@ fn every_instruction_set_gives_the_plain_sums() {
     for _ in 0..40 {
         sizes.push((1 + rng.below(13), 1 + rng.below(90), 1 + rng.below(300)));
     }
-    sizes.extend([(4, 16, 8), (8, 33, 12), (13, 70, 132), (7, 5, 4)]);
+    // Shallow products over more lanes than one block of panels takes.
+    sizes.extend([
+        (4, 16, 8),
+        (8, 33, 12),
+        (13, 70, 132),
+        (7, 5, 4),
+        (9, 700, 16),
+        (5, 1100, 7),
+    ]);
     for &(m, n, k) in &sizes {
         let mut unsigned_lanes = random::<true>(&mut rng, m, n, k);
         let mut signed_lanes = random::<false>(&mut rng, m, n, k);
@@ -217,7 +225,7 @@ fn every_instruction_set_gives_the_plain_sums() {
             unsigned_lanes.direct = direct;
             signed_lanes.direct = direct;
             for isa in Isa::all_available() {
-                for nb in 1..=NB {
+                for nb in 1..=block_panels(k) {
                     check(&unsigned_lanes, isa, nb);
                     check(&signed_lanes, isa, nb);
                 }
@@ -411,7 +419,7 @@ fn fused_tiles_requantise_as_the_reference() {
             _ => true,
         };
         for isa in Isa::all_available() {
-            for nb in [1, 3, NB] {
+            for nb in [1, 3, block_panels(k)] {
                 for unsigned in [true, false] {
                     let out: Vec<Cell<u8>> = (0..len).map(|_| Cell::new(0x5a)).collect();
                     let tiles = Cell::new(0);
