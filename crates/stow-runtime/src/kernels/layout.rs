@@ -175,6 +175,15 @@ pub struct Share<'w, const K: usize> {
     pub part: usize,
     /// Shares.
     pub parts: usize,
+    /// Elements of one plane of the output (its dimensions after the
+    /// second), or 0. Where the walk is one contiguous row of whole planes,
+    /// each share takes the same [`span`] of every plane instead of one
+    /// span of the row: the part of each plane a product split between
+    /// threads by output columns (pixels) left in that thread's cache.
+    /// Split by halves of the row, each thread read half its operands
+    /// from the other core (a residual add of resnet50 int8 ran 0.67
+    /// times as fast on two threads as on one).
+    pub plane: usize,
 }
 
 impl<'w, const K: usize> Share<'w, K> {
@@ -184,6 +193,7 @@ impl<'w, const K: usize> Share<'w, K> {
             walk,
             part: 0,
             parts: 1,
+            plane: 0,
         }
     }
 
@@ -197,8 +207,19 @@ impl<'w, const K: usize> Share<'w, K> {
     pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K], core::ops::Range<usize>)) {
         let (len, _) = self.walk.inner();
         let rows = self.walk.row_count();
+        let by_planes = self.plane >= 64 * self.parts
+            && self.walk.dims.len() == 1
+            && len.is_multiple_of(self.plane)
+            && self.walk.strides[0] == [1; K];
         if self.parts <= 1 {
             self.walk.rows(base, |o| f(o, 0..len));
+        } else if by_planes {
+            let cols = span(self.plane, self.part, self.parts);
+            for at in (0..len).step_by(self.plane) {
+                if !cols.is_empty() {
+                    f(base, at + cols.start..at + cols.end);
+                }
+            }
         } else if rows >= self.parts {
             let r = span_rows(rows, self.part, self.parts);
             self.walk
@@ -244,6 +265,54 @@ mod tests {
             .collect();
         assert_eq!(seen, want);
         assert!(w.dims.len() < dims.len());
+    }
+
+    /// Every element once over the shares, for whole rows, cut rows and
+    /// planes; by planes, each share takes the same span of every plane.
+    #[test]
+    fn shares_cover_every_element_once() {
+        for (dims, plane) in [
+            (&[4usize, 3136][..], 3136),
+            (&[7, 49][..], 49),
+            (&[2, 5, 130][..], 0),
+            (&[1000][..], 200),
+            (&[3, 300][..], 301),
+        ] {
+            let flat = strides_of(dims);
+            let w = Walk::new(dims, [&flat[..]]).unwrap();
+            let (_, [inner]) = w.inner();
+            let total: usize = dims.iter().product();
+            for parts in 1..=3 {
+                let mut seen = vec![0u8; total];
+                let mut firsts = Vec::new();
+                for part in 0..parts {
+                    let share = Share {
+                        walk: &w,
+                        part,
+                        parts,
+                        plane,
+                    };
+                    let mut mine = Vec::new();
+                    share.rows([0], |[o], cols| {
+                        for j in cols {
+                            seen[o + j * inner] += 1;
+                            mine.push(o + j * inner);
+                        }
+                    });
+                    firsts.push(mine);
+                }
+                assert!(
+                    seen.iter().all(|&n| n == 1),
+                    "{dims:?} plane {plane} parts {parts}"
+                );
+                if plane >= 64 * parts && total % plane == 0 && parts > 1 {
+                    for (part, mine) in firsts.iter().enumerate() {
+                        let span = span(plane, part, parts);
+                        assert!(mine.iter().all(|e| span.contains(&(e % plane))));
+                    }
+                }
+            }
+        }
     }
 
     #[test]

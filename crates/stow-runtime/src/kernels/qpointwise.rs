@@ -24,7 +24,7 @@
 
 use super::cells::{map_row, Load, Src};
 use super::float::Float;
-use super::layout::{broadcast_strides, strides_of, Walk};
+use super::layout::{broadcast_strides, strides_of, Share, Walk};
 use super::prepare::want;
 use super::qlinear::IntSrc;
 use super::run::{Failure, Views};
@@ -435,13 +435,21 @@ impl Formula {
 }
 
 impl QBinary {
-    /// Runs the operator over `ins` into `out`.
+    /// Runs share `part` of `parts` of the operator over `ins` into `out`
+    /// (`plane` as [`Share::plane`]).
     pub fn run(
         &self,
         v: &Views<'_>,
         ins: &[Operand<'_>],
         out: &Operand<'_>,
+        (part, parts, plane): (usize, usize, usize),
     ) -> Result<(), Failure> {
+        let share = Share {
+            walk: &self.walk,
+            part,
+            parts,
+            plane,
+        };
         let (a, b) = (IntSrc::of(v, &ins[0])?, IntSrc::of(v, &ins[3])?);
         let y = NarrowOut::of(v, out)?;
         let f = Formula::new(
@@ -465,15 +473,16 @@ impl QBinary {
         if let (Some(a), Some(b)) = (NarrowSrc::of(a), NarrowSrc::of(b)) {
             let isa = super::qlinear::igemm::Isa::detect();
             typed!(a, |a| typed!(b, |b| match &y {
-                NarrowOut::U8(c) => typed_rows(isa, &self.walk, a, b, c, &f),
-                NarrowOut::I8(c) => typed_rows(isa, &self.walk, a, b, c, &f),
+                NarrowOut::U8(c) => typed_rows(isa, share, a, b, c, &f),
+                NarrowOut::I8(c) => typed_rows(isa, share, a, b, c, &f),
             }));
             return Ok(());
         }
-        let (len, [so, sa, sb]) = self.walk.inner();
-        self.walk.rows([0; 3], |[o, ia, ib]| {
+        let (_, [so, sa, sb]) = self.walk.inner();
+        share.rows([0; 3], |at, cols| {
+            let [o, ia, ib] = piece(at, cols.start, [so, sa, sb]);
             let g = f.along_row(sa, sb, || a.at(ia) as f32, || b.at(ib) as f32);
-            for k in 0..len {
+            for k in 0..cols.len() {
                 let (xa, xb) = (a.at(ia + k * sa) as f32, b.at(ib + k * sb) as f32);
                 y.set(o + k * so, g.one(xa, xb));
             }
@@ -537,6 +546,12 @@ impl Narrow for i8 {
     }
 }
 
+/// The offsets of a row's element `start`, the row starting at `at`.
+#[inline(always)]
+fn piece(at: [usize; 3], start: usize, strides: [usize; 3]) -> [usize; 3] {
+    core::array::from_fn(|t| at[t] + start * strides[t])
+}
+
 /// [`QBinary::run`]'s loop over typed operands, each row compiled for
 /// the best vector width the CPU has: the same operations per element in
 /// the same order (Rust never fuses a multiply and an add), so the same
@@ -546,7 +561,31 @@ impl Narrow for i8 {
 #[inline(always)]
 fn typed_rows<XA, XB, Y>(
     isa: super::qlinear::igemm::Isa,
-    walk: &Walk<3>,
+    share: Share<'_, 3>,
+    a: impl Load<XA>,
+    b: impl Load<XB>,
+    y: &[Cell<Y>],
+    f: &Formula,
+) where
+    XA: Copy + Into<f32>,
+    XB: Copy + Into<f32>,
+    Y: Narrow,
+{
+    let (_, strides) = share.walk.inner();
+    share.rows([0; 3], |at, cols| {
+        let (at, len) = (piece(at, cols.start, strides), cols.len());
+        typed_row(isa, at, len, strides, a, b, y, f)
+    });
+}
+
+/// One piece of a row of [`typed_rows`], compiled for `isa`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn typed_row<XA, XB, Y>(
+    isa: super::qlinear::igemm::Isa,
+    at: [usize; 3],
+    len: usize,
+    strides: [usize; 3],
     a: impl Load<XA>,
     b: impl Load<XB>,
     y: &[Cell<Y>],
@@ -557,8 +596,7 @@ fn typed_rows<XA, XB, Y>(
     Y: Narrow,
 {
     use super::qlinear::igemm::Isa;
-    let (len, strides) = walk.inner();
-    walk.rows([0; 3], |at| match isa {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Vnni => {
             // SAFETY: `Isa::Vnni` is only chosen where the CPU has
@@ -578,7 +616,7 @@ fn typed_rows<XA, XB, Y>(
             }
         }
         _ => row(at, len, strides, a, b, y, f),
-    });
+    }
 }
 
 /// One row of [`typed_rows`]: `len` elements from offsets `o`, `ia`,
@@ -931,13 +969,20 @@ mod tests {
                     for isa in Isa::all_available() {
                         let mut y = vec![0i8; 2 * len];
                         let cells = Cell::from_mut(y.as_mut_slice()).as_slice_of_cells();
-                        typed_rows(isa, &walk, a.as_slice(), b.as_slice(), cells, &f);
+                        typed_rows(
+                            isa,
+                            Share::whole(&walk),
+                            a.as_slice(),
+                            b.as_slice(),
+                            cells,
+                            &f,
+                        );
                         assert_eq!(y, want, "{isa:?} {combine:?} {len} b stride {b_stride}");
                         // In place: the output's bytes are a's.
                         let mut inplace: Vec<u8> = a.clone();
                         let cells = Cell::from_mut(inplace.as_mut_slice()).as_slice_of_cells();
                         let y = crate::kernels::cells::typed::<i8>(cells, 0, 2 * len).unwrap();
-                        typed_rows(isa, &walk, cells, b.as_slice(), y, &f);
+                        typed_rows(isa, Share::whole(&walk), cells, b.as_slice(), y, &f);
                         let got: Vec<i8> = inplace.iter().map(|&v| v as i8).collect();
                         assert_eq!(got, want, "{isa:?} in place, {len}");
                     }

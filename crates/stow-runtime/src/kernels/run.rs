@@ -175,7 +175,8 @@ pub fn splits(step: &Step<'_>) -> bool {
         | Kernel::Binary(..)
         | Kernel::Clamp(_)
         | Kernel::LeakyRelu(_)
-        | Kernel::PowConst(_) => {
+        | Kernel::PowConst(_)
+        | Kernel::QBinary(_) => {
             step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
         }
         Kernel::Pool(_, w) => {
@@ -185,6 +186,16 @@ pub fn splits(step: &Step<'_>) -> bool {
                 && overlaps_only_in_place(step, false)
         }
         _ => false,
+    }
+}
+
+/// Elements of one plane of `o` (its dimensions after the second) where it
+/// has more than two: [`super::layout::Share::plane`].
+fn plane_of(o: &Operand<'_>) -> usize {
+    if o.shape.len() > 2 {
+        o.shape[2..].iter().product()
+    } else {
+        0
     }
 }
 
@@ -254,7 +265,13 @@ pub fn run_part(
             elementwise::unary_f32(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
         Kernel::Binary(b, walk) => {
-            let walk = super::layout::Share { walk, part, parts };
+            let plane = plane_of(&outs[0]);
+            let walk = super::layout::Share {
+                walk,
+                part,
+                parts,
+                plane,
+            };
             arith::binary_run(v, *b, walk, &ins[0], &ins[1], &outs[0])?
         }
         Kernel::Select(walk) => {
@@ -560,7 +577,7 @@ pub fn run_part(
         Kernel::GatherNd(k) => k.run(v, ins, outs)?,
         Kernel::QProduct(k) => k.run(v, ins, &outs[0], scratch, (part, parts))?,
         Kernel::QConv(k) => k.run(v, ins, &outs[0], scratch, (part, parts))?,
-        Kernel::QBinary(k) => k.run(v, ins, &outs[0])?,
+        Kernel::QBinary(k) => k.run(v, ins, &outs[0], (part, parts, plane_of(&outs[0])))?,
         Kernel::QGlobalPool(k) => k.run(v, ins, &outs[0])?,
         Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,
         Kernel::MatMul(mm) => matmul(

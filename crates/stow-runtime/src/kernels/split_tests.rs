@@ -135,6 +135,39 @@ fn element_wise_shares_equal_the_whole() {
             let what = format!("{op:?} {sa:?} {sb:?} in place {in_place}");
             split += same_for_every_share_count(&step, &arena, &what) as usize;
         }
+        // QLinearAdd and QLinearMul: u8 a, i8 b, u8 output, the bytes
+        // of the float operands' places; their parameters after them.
+        let params = (la + lb + n).next_multiple_of(4);
+        let mut qarena = arena.clone();
+        for (w, v) in [(0, 0.037f32), (1, 0.0123), (2, 0.05)] {
+            qarena[params / 4 + w] = v.to_bits();
+        }
+        qarena[params / 4 + 3] = u32::from_le_bytes([131, (-7i8) as u8, 3, 0]);
+        let q_out = if in_place { 0 } else { la + lb };
+        for mul in [false, true] {
+            let scalar = |id, dtype, at| operand(id, dtype, &[], at);
+            let inputs = vec![
+                operand(0, DType::U8, sa, 0),
+                scalar(1, DType::F32, params),
+                scalar(2, DType::U8, params + 12),
+                operand(3, DType::I8, sb, la),
+                scalar(4, DType::F32, params + 4),
+                scalar(5, DType::I8, params + 13),
+                scalar(6, DType::F32, params + 8),
+                scalar(7, DType::U8, params + 14),
+            ];
+            let outputs = vec![operand(8, DType::U8, &shape, q_out)];
+            let (kernel, _) = qpointwise::prepare_binary(mul, &inputs, &outputs).unwrap();
+            let step = Step {
+                kernel,
+                inputs,
+                outputs,
+                scratch: 0,
+                planned: None,
+            };
+            let what = format!("quantized mul {mul} {sa:?} {sb:?} in place {in_place}");
+            split += same_for_every_share_count(&step, &qarena, &what) as usize;
+        }
         for f in [Unary::Exp, Unary::Sigmoid, Unary::Abs] {
             let step = Step {
                 kernel: Kernel::Unary(f),
@@ -164,7 +197,7 @@ fn element_wise_shares_equal_the_whole() {
         };
         split += same_for_every_share_count(&clamp, &arena, "clamp") as usize;
     }
-    assert!(split > 150, "only {split} steps split");
+    assert!(split > 190, "only {split} steps split");
 }
 
 /// An output laid over its input at another offset keeps the step whole:
