@@ -486,9 +486,14 @@ pub(super) fn conv_as(
             super::depthwise::depthwise(s, x, w, plane_bias, out, p0..p1, 0, finish)
         }));
     }
-    let cols = gemm::share(s.n(), part, parts);
     let w = &s.window;
     let (m, n, k) = (s.out_per_group, s.n(), s.k());
+    let by_packed_path = packed.is_some() && !direct && k > 0;
+    let (lines, cols) = if by_packed_path {
+        prepacked::left_shares(m, n, part, parts)
+    } else {
+        (0..m, gemm::share(n, part, parts))
+    };
     if k == 0 {
         // No depth block to store the bias with.
         fill_bias(s, bias, out, cols.clone());
@@ -524,7 +529,7 @@ pub(super) fn conv_as(
                         rows: k,
                         cols: n,
                     };
-                    group.product(&b, &dst, scratch, cols.clone())
+                    group.product(&b, &dst, scratch, (lines.clone(), cols.clone()))
                 } else if let Some(p) = packed.filter(|_| direct) {
                     super::direct::conv(s, p, g, wt, xs, in_base, &dst, scratch, cols.clone())
                 } else {
@@ -533,7 +538,7 @@ pub(super) fn conv_as(
                         base: in_base,
                         s: *s,
                     };
-                    group.product(&b, &dst, scratch, cols.clone())
+                    group.product(&b, &dst, scratch, (lines.clone(), cols.clone()))
                 }
             }))
         }
@@ -550,18 +555,22 @@ struct Group<'p, L> {
 }
 
 impl<L: Load<f32>> Group<'_, L> {
-    /// `dst += kernel · b` over columns `cols`.
+    /// `dst += kernel · b` over rows `lines` (all of them unless the
+    /// kernel is packed: [`prepacked::left_shares`]) and columns `cols`.
     fn product(
         &self,
         b: &impl PackB,
         dst: &Dst<'_>,
         scratch: &[Cell<f32>],
-        cols: core::ops::Range<usize>,
+        (lines, cols): (core::ops::Range<usize>, core::ops::Range<usize>),
     ) {
         let (m, n, k) = (self.s.out_per_group, self.s.n(), self.s.k());
         match self.packed {
-            Some(p) => prepacked::gemm_left(p, self.g, self.weight, n, b, dst, scratch, cols),
+            Some(p) => {
+                prepacked::gemm_left(p, self.g, self.weight, n, b, dst, scratch, (lines, cols))
+            }
             None => {
+                debug_assert_eq!(lines, 0..m, "an unpacked kernel split by rows");
                 let a = Strided {
                     data: self.weight,
                     offset: self.g * m * k,

@@ -157,6 +157,10 @@ fn packed_weights_on_either_side_equal_the_unpacked_product() {
         // A deep first depth block, then a shallow one (24 deep), which
         // the left-packed product walks row panel by row panel.
         (280, 85, 6, 50, 256),
+        // At least twice as many output channels as positions: the
+        // left-packed product's threads share its rows, not its columns.
+        (64, 200, 4, 5, 64),
+        (40, 97, 3, 3, 40),
     ] {
         let x: Vec<f32> = (0..ci * h * w).map(|i| value(i, 1)).collect();
         let wt: Vec<f32> = (0..co * ci).map(|i| value(i, 2)).collect();

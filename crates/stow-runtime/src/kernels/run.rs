@@ -704,12 +704,17 @@ fn matmul(
 ) {
     let (a, b) = if mm.swapped { (b, a) } else { (a, b) };
     let [m, n, k] = mm.mnk;
-    let cols = gemm::share(n, part, parts);
-    let (len, [sc, sa, sb]) = mm.batch.inner();
     // The packed product stores its first depth block over C, so C needs
     // no zeros first, unless batch positions that walk a k axis
     // accumulate into the same C (or the one-row path, which adds).
     let store = k > 0 && m > 1 && mm.writes_apart();
+    // A packed left weight may split by rows ([`prepacked::left_shares`]);
+    // everything else here (the zero fill, the one-row path) by columns.
+    let (lines, cols) = match &mm.packed {
+        Some(_) if mm.swapped && store => prepacked::left_shares(m, n, part, parts),
+        _ => (0..m, gemm::share(n, part, parts)),
+    };
+    let (len, [sc, sa, sb]) = mm.batch.inner();
     let start = if store {
         gemm::Start::Store(None, 0)
     } else {
@@ -792,7 +797,8 @@ fn matmul(
                 // the left operand of a swapped product, else the right.
                 match &mm.packed {
                     Some(p) if mm.swapped => {
-                        prepacked::gemm_left(p, 0, a, n, &pb, &dst, scratch, cols.clone())
+                        let shares = (lines.clone(), cols.clone());
+                        prepacked::gemm_left(p, 0, a, n, &pb, &dst, scratch, shares)
                     }
                     Some(p) => prepacked::gemm_right(p, m, &pa, b, &dst, scratch, cols.clone()),
                     None => gemm::gemm_cols(m, n, k, &pa, &pb, &dst, scratch, cols.clone()),
