@@ -305,7 +305,7 @@ mod tests {
                     seen.iter().all(|&n| n == 1),
                     "{dims:?} plane {plane} parts {parts}"
                 );
-                if plane >= 64 * parts && total % plane == 0 && parts > 1 {
+                if plane >= 64 * parts && total.is_multiple_of(plane) && parts > 1 {
                     for (part, mine) in firsts.iter().enumerate() {
                         let span = span(plane, part, parts);
                         assert!(mine.iter().all(|e| span.contains(&(e % plane))));
