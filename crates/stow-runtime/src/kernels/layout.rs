@@ -234,7 +234,7 @@ impl<'w, const K: usize> Share<'w, K> {
 }
 
 /// Rows `start..end` of `rows` for share `part` of `parts`.
-fn span_rows(rows: usize, part: usize, parts: usize) -> core::ops::Range<usize> {
+pub(crate) fn span_rows(rows: usize, part: usize, parts: usize) -> core::ops::Range<usize> {
     let per = rows.div_ceil(parts.max(1));
     (part * per).min(rows)..((part + 1) * per).min(rows)
 }

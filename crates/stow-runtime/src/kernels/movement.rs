@@ -3,14 +3,25 @@
 //! as raw bits of their size.
 
 use super::cells::{map_row, Load, Src};
-use super::layout::{Walk, MAX_RANK};
+use super::layout::{Share, Walk, MAX_RANK};
 use core::cell::Cell;
 
 /// Copies through `walk` (operands: destination, source), adding the base
 /// offsets.
 pub fn copy<T: Copy>(walk: &Walk<2>, base: [usize; 2], src: impl Load<T>, dst: &[Cell<T>]) {
-    let (len, [sd, ss]) = walk.inner();
-    walk.rows(base, |[d, s]| {
+    copy_share(Share::whole(walk), base, src, dst)
+}
+
+/// [`copy`] of a thread's share of the walk's elements.
+pub fn copy_share<T: Copy>(
+    share: Share<'_, 2>,
+    base: [usize; 2],
+    src: impl Load<T>,
+    dst: &[Cell<T>],
+) {
+    let (_, [sd, ss]) = share.walk.inner();
+    share.rows(base, |[d, s], cols| {
+        let (d, s, len) = (d + cols.start * sd, s + cols.start * ss, cols.len());
         if sd == 1 && ss == 1 {
             map_row(&dst[d..d + len], src.sub(s, len), |x| x);
         } else {

@@ -29,19 +29,35 @@ impl AroundAxis {
         })
     }
 
-    fn lanes(self, mut f: impl FnMut(usize)) {
-        for o in 0..self.outer {
-            for i in 0..self.inner {
-                f(o * self.n * self.inner + i);
-            }
+    /// Calls `f` with the first offset of each lane in `range` (lanes
+    /// numbered outer position first, then inner: a thread's share).
+    fn lanes_in(self, range: core::ops::Range<usize>, mut f: impl FnMut(usize)) {
+        if self.inner == 0 {
+            return;
         }
+        for lane in range {
+            let (o, i) = (lane / self.inner, lane % self.inner);
+            f(o * self.n * self.inner + i);
+        }
+    }
+
+    /// Lanes along the axis: `outer · inner`.
+    pub fn lane_count(self) -> usize {
+        self.outer * self.inner
     }
 }
 
-/// Softmax (or log-softmax) along the axis, in f32 or f64.
-pub fn softmax<F: Float>(at: AroundAxis, log: bool, x: impl Load<F>, out: &[Cell<F>]) {
+/// Softmax (or log-softmax) along the axis, in f32 or f64, of the lanes
+/// `lanes` (all: `0..at.lane_count()`).
+pub fn softmax<F: Float>(
+    at: AroundAxis,
+    log: bool,
+    x: impl Load<F>,
+    out: &[Cell<F>],
+    lanes: core::ops::Range<usize>,
+) {
     let s = at.inner;
-    at.lanes(|base| {
+    at.lanes_in(lanes, |base| {
         let max = (0..at.n)
             .map(|j| x.load(base + j * s))
             .fold(F::NEG_INFINITY, F::max);
@@ -67,11 +83,18 @@ pub fn softmax<F: Float>(at: AroundAxis, log: bool, x: impl Load<F>, out: &[Cell
     });
 }
 
-/// `x / √(mean(x²) + eps)` along the axis, in f32 or f64.
-pub fn rms_norm<F: Float>(at: AroundAxis, eps: f32, x: impl Load<F>, out: &[Cell<F>]) {
+/// `x / √(mean(x²) + eps)` along the axis, in f32 or f64, of the lanes
+/// `lanes`.
+pub fn rms_norm<F: Float>(
+    at: AroundAxis,
+    eps: f32,
+    x: impl Load<F>,
+    out: &[Cell<F>],
+    lanes: core::ops::Range<usize>,
+) {
     let s = at.inner;
     let eps = F::from_f32(eps);
-    at.lanes(|base| {
+    at.lanes_in(lanes, |base| {
         let sq: F = (0..at.n).map(|j| x.load(base + j * s).powi(2)).sum();
         let r = F::ONE / (sq / F::count(at.n) + eps).sqrt();
         for j in 0..at.n {
@@ -86,6 +109,7 @@ pub fn rms_norm<F: Float>(at: AroundAxis, eps: f32, x: impl Load<F>, out: &[Cell
 /// equal values has a mean equal to them and normalises to exactly zero,
 /// as in onnxruntime; the normalised value is rounded to `F` once, then
 /// scaled and shifted in `F`.
+#[allow(clippy::too_many_arguments)]
 pub fn layer_norm<F: Float>(
     n: usize,
     eps: f32,
@@ -93,11 +117,12 @@ pub fn layer_norm<F: Float>(
     scale: Option<Src<'_, F>>,
     bias: Option<Src<'_, F>>,
     out: &[Cell<F>],
+    (part, parts): (usize, usize),
 ) {
     let Some(rows) = out.len().checked_div(n) else {
         return;
     };
-    for row in 0..rows {
+    for row in super::layout::span_rows(rows, part, parts) {
         let base = row * n;
         let mean = (0..n).map(|j| x.load(base + j).to_f64()).sum::<f64>() / n as f64;
         let var = (0..n)
@@ -349,7 +374,7 @@ mod tests {
         let at = AroundAxis::new(&[2, 3, 2], 1).unwrap();
         for log in [false, true] {
             let mut out = vec![0.0f64; 12];
-            softmax(at, log, &x[..], cells(&mut out));
+            softmax(at, log, &x[..], cells(&mut out), 0..at.lane_count());
             for o in 0..2 {
                 for i in 0..2 {
                     let lane: Vec<usize> = (0..3).map(|j| o * 6 + j * 2 + i).collect();
@@ -378,6 +403,7 @@ mod tests {
             false,
             &[1.0, 1.0 + 1e-12][..],
             cells(&mut out),
+            0..1,
         );
         assert!(
             out[1] > out[0] && (out[1] - out[0] - 5e-13).abs() < 1e-15,
@@ -390,7 +416,7 @@ mod tests {
         let x: Vec<f64> = (0..8).map(|i| (i as f64 - 3.3) * 0.7).collect();
         let mut out = vec![0.0f64; 8];
         let at = AroundAxis::new(&[2, 4], 1).unwrap();
-        rms_norm(at, 1e-6, &x[..], cells(&mut out));
+        rms_norm(at, 1e-6, &x[..], cells(&mut out), 0..at.lane_count());
         for row in 0..2 {
             let r = &x[row * 4..row * 4 + 4];
             let ms = r.iter().map(|v| v * v).sum::<f64>() / 4.0;

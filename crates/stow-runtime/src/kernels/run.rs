@@ -179,6 +179,15 @@ pub fn splits(step: &Step<'_>) -> bool {
         | Kernel::QBinary(_) => {
             step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
         }
+        // Each lane (row) along the axis is read and written by one share.
+        Kernel::Softmax(..) | Kernel::RmsNorm(..) | Kernel::LayerNorm(..) => {
+            step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
+        }
+        // A copy that fills its output first (a pad) stays whole: the fill
+        // is not shared out.
+        Kernel::Copy { fill: None, .. } => {
+            step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, false)
+        }
         Kernel::Pool(_, w) => {
             let taps: usize = w.kernel.iter().product();
             w.planes > 1
@@ -247,6 +256,8 @@ pub fn run_part(
     // A one-input element-wise step's share: the same run of its input
     // and of its output.
     let run = || super::layout::span(outs[0].len, part, parts);
+    // A step along an axis: its share of the lanes.
+    let lanes = |at: &nn::AroundAxis| super::layout::span_rows(at.lane_count(), part, parts);
     match &step.kernel {
         Kernel::Nothing => {}
         Kernel::Clamp(k) => {
@@ -313,7 +324,16 @@ pub fn run_part(
             if let Some(value) = fill {
                 fill_value(v, o, *value)?;
             }
-            copy_into(v, walk, *base, &ins[0], o)?
+            let share = super::layout::Share {
+                walk,
+                part,
+                parts,
+                plane: 0,
+            };
+            by_size!(o.dtype.size_bytes(), |T| crate::with_load!(
+                v.src::<T>(&ins[0])?,
+                |s| movement::copy_share(share, *base, s, v.dst::<T>(o)?)
+            ));
         }
         Kernel::Concat(parts) => {
             let o = &outs[0];
@@ -336,13 +356,13 @@ pub fn run_part(
         Kernel::Softmax(at, log) => {
             by_float!(ins[0].dtype, |F| crate::with_load!(
                 v.src::<F>(&ins[0])?,
-                |x| nn::softmax(*at, *log, x, v.dst(&outs[0])?)
+                |x| nn::softmax(*at, *log, x, v.dst(&outs[0])?, lanes(at))
             ))
         }
         Kernel::RmsNorm(at, eps) => {
             by_float!(ins[0].dtype, |F| crate::with_load!(
                 v.src::<F>(&ins[0])?,
-                |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?)
+                |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?, lanes(at))
             ))
         }
         Kernel::LayerNorm(n, eps) => {
@@ -355,7 +375,8 @@ pub fn run_part(
                     x,
                     scale,
                     bias,
-                    v.dst(&outs[0])?
+                    v.dst(&outs[0])?,
+                    (part, parts)
                 ))
             })
         }

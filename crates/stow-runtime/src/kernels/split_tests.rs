@@ -286,3 +286,120 @@ fn pooling_shares_equal_the_whole() {
     }
     assert!(split > 20, "only {split} pooling steps split");
 }
+
+/// Copies (transposes, and strided selections as a downsample makes)
+/// of 1-, 2- and 4-byte elements on random shapes around the split
+/// threshold: shares give the bytes of the whole, and the larger ones
+/// split.
+#[test]
+fn copy_shares_equal_the_whole() {
+    let mut rng = Rng(0x0dd_b1ad_5eed);
+    let mut split = 0;
+    for case in 0..60 {
+        let rank = 2 + rng.below(3);
+        let mut shape: Vec<usize> = (0..rank).map(|_| 1 + rng.below(40)).collect();
+        if case % 2 == 0 {
+            shape[0] =
+                run::SPLIT_ELEMENTS / shape[1..].iter().product::<usize>() + 1 + rng.below(9);
+        }
+        let n: usize = shape.iter().product();
+        // The output reads the input transposed (a random order of its
+        // axes) or every other element along one axis.
+        let in_strides = strides_of(&shape);
+        let (out_shape, src, input_len): (Vec<usize>, Vec<usize>, usize) = if case % 3 == 0 {
+            let axis = rng.below(rank);
+            let mut out = shape.clone();
+            out[axis] = shape[axis].div_ceil(2);
+            let mut s = in_strides.clone();
+            s[axis] *= 2;
+            (out, s, n)
+        } else {
+            let mut order: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                order.swap(i, rng.below(i + 1));
+            }
+            let out: Vec<usize> = order.iter().map(|&a| shape[a]).collect();
+            let s: Vec<usize> = order.iter().map(|&a| in_strides[a]).collect();
+            (out, s, n)
+        };
+        let walk = Walk::new(&out_shape, [&strides_of(&out_shape), &src]).unwrap();
+        let out_len: usize = out_shape.iter().product();
+        for dtype in [DType::U8, DType::I16, DType::F32] {
+            let size = dtype.size_bytes() as usize;
+            let words = (input_len * size).div_ceil(4) + (out_len * size).div_ceil(4) + 1;
+            let arena: Vec<u32> = (0..words).map(|_| rng.next() as u32).collect();
+            let out_at = (input_len * size).next_multiple_of(4);
+            let step = Step {
+                kernel: Kernel::Copy {
+                    walk: walk.clone(),
+                    base: [0, 0],
+                    fill: None,
+                },
+                inputs: vec![operand(0, dtype, &shape, 0)],
+                outputs: vec![operand(1, dtype, &out_shape, out_at)],
+                scratch: 0,
+                planned: None,
+            };
+            let what = format!("copy {shape:?} -> {out_shape:?} {dtype:?}");
+            split += same_for_every_share_count(&step, &arena, &what) as usize;
+        }
+    }
+    assert!(split > 40, "only {split} copies split");
+}
+
+/// Softmax, log-softmax and RMS normalisation along a random axis and
+/// layer normalisation over the last, in place or not, on random shapes
+/// around the split threshold: shares of lanes give the bytes of the
+/// whole.
+#[test]
+fn normalisation_shares_equal_the_whole() {
+    let mut rng = Rng(0x5eed_0f_1a9e);
+    let mut split = 0;
+    for case in 0..40 {
+        let rank = 1 + rng.below(4);
+        let mut shape: Vec<usize> = (0..rank).map(|_| 1 + rng.below(40)).collect();
+        if case % 2 == 0 {
+            shape[0] =
+                run::SPLIT_ELEMENTS / shape[1..].iter().product::<usize>() + 1 + rng.below(9);
+        }
+        let n: usize = shape.iter().product();
+        let last = shape[rank - 1];
+        let in_place = rng.below(2) == 0;
+        let out_at = if in_place { 0 } else { 4 * n };
+        let mut arena: Vec<u32> = (0..2 * n + 2 * last)
+            .map(|_| rng.float().to_bits())
+            .collect();
+        // Finite inputs: a NaN would make every share's lane NaN alike,
+        // which proves less.
+        for w in arena.iter_mut() {
+            if f32::from_bits(*w).is_nan() {
+                *w = 0.5f32.to_bits();
+            }
+        }
+        let axis = rng.below(rank);
+        let at = nn::AroundAxis::new(&shape, axis).unwrap();
+        let kernels = [
+            Kernel::Softmax(at, false),
+            Kernel::Softmax(at, true),
+            Kernel::RmsNorm(at, 1e-5),
+            Kernel::LayerNorm(last, 1e-5),
+        ];
+        for kernel in kernels {
+            let mut inputs = vec![operand(0, DType::F32, &shape, 0)];
+            if matches!(kernel, Kernel::LayerNorm(..)) {
+                inputs.push(operand(2, DType::F32, &[last], 8 * n));
+                inputs.push(operand(3, DType::F32, &[last], 8 * n + 4 * last));
+            }
+            let what = format!("{shape:?} axis {axis} in place {in_place}");
+            let step = Step {
+                kernel,
+                inputs,
+                outputs: vec![operand(1, DType::F32, &shape, out_at)],
+                scratch: 0,
+                planned: None,
+            };
+            split += same_for_every_share_count(&step, &arena, &what) as usize;
+        }
+    }
+    assert!(split > 40, "only {split} steps split");
+}
