@@ -293,7 +293,7 @@ fn pooling_shares_equal_the_whole() {
 /// split.
 #[test]
 fn copy_shares_equal_the_whole() {
-    let mut rng = Rng(0x0dd_b1ad_5eed);
+    let mut rng = Rng(0x0ddb_1ad5_eed0);
     let mut split = 0;
     for case in 0..60 {
         let rank = 2 + rng.below(3);
@@ -353,7 +353,7 @@ fn copy_shares_equal_the_whole() {
 /// whole.
 #[test]
 fn normalisation_shares_equal_the_whole() {
-    let mut rng = Rng(0x5eed_0f_1a9e);
+    let mut rng = Rng(0x5eed_0f1a_9e00);
     let mut split = 0;
     for case in 0..40 {
         let rank = 1 + rng.below(4);
