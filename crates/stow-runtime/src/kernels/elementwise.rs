@@ -414,13 +414,7 @@ pub fn binary<T: Copy, U: Copy>(
         f: impl Fn(T, T) -> U,
     ) {
         let (_, [so, sa, sb]) = walk.walk.inner();
-        walk.rows([0, 0, 0], |[o, ia, ib], cols| {
-            let (o, ia, ib) = (
-                o + cols.start * so,
-                ia + cols.start * sa,
-                ib + cols.start * sb,
-            );
-            let len = cols.len();
+        walk.rows([0, 0, 0], |[o, ia, ib], len| {
             if so == 1 && sa == 1 && sb == 1 {
                 zip_row(&out[o..o + len], a.sub(ia, len), b.sub(ib, len), &f);
             } else if so == 1 && sa == 1 && sb == 0 {

@@ -197,38 +197,43 @@ impl<'w, const K: usize> Share<'w, K> {
         }
     }
 
-    /// Calls `f(offsets, columns)` for every piece of an innermost row in
-    /// this share: `offsets` as [`Walk::rows`] gives them (plus `base`),
-    /// `columns` the range of the row's elements. Whole rows are shared
+    /// Calls `f(offsets, len)` for every piece of an innermost row in
+    /// this share: `offsets` those of the piece's first element (as
+    /// [`Walk::rows`] gives a row's, plus `base`), `len` its elements,
+    /// which lie the walk's innermost strides apart. Whole rows are shared
     /// out when there are at least as many rows as shares; otherwise each
-    /// row is cut into [`span`]s. The shares of `0..parts` cover every
-    /// element once.
+    /// row is cut into [`span`]s (or, with [`Share::plane`], each plane of
+    /// the one row). The shares of `0..parts` cover every element once.
     #[inline]
-    pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K], core::ops::Range<usize>)) {
-        let (len, _) = self.walk.inner();
+    pub fn rows(&self, base: [usize; K], mut f: impl FnMut([usize; K], usize)) {
+        let (len, strides) = self.walk.inner();
         let rows = self.walk.row_count();
         let by_planes = self.plane >= 64 * self.parts
             && self.walk.dims.len() == 1
             && len.is_multiple_of(self.plane)
-            && self.walk.strides[0] == [1; K];
+            && strides == [1; K];
+        let mut piece = |o: [usize; K], cols: core::ops::Range<usize>| {
+            if !cols.is_empty() {
+                f(
+                    core::array::from_fn(|k| o[k] + cols.start * strides[k]),
+                    cols.len(),
+                );
+            }
+        };
         if self.parts <= 1 {
-            self.walk.rows(base, |o| f(o, 0..len));
+            self.walk.rows(base, |o| piece(o, 0..len));
         } else if by_planes {
             let cols = span(self.plane, self.part, self.parts);
             for at in (0..len).step_by(self.plane) {
-                if !cols.is_empty() {
-                    f(base, at + cols.start..at + cols.end);
-                }
+                piece(base, at + cols.start..at + cols.end);
             }
         } else if rows >= self.parts {
             let r = span_rows(rows, self.part, self.parts);
             self.walk
-                .rows_from(base, r.start, r.len(), |o| f(o, 0..len));
+                .rows_from(base, r.start, r.len(), |o| piece(o, 0..len));
         } else {
             let cols = span(len, self.part, self.parts);
-            if !cols.is_empty() {
-                self.walk.rows(base, |o| f(o, cols.clone()));
-            }
+            self.walk.rows(base, |o| piece(o, cols.clone()));
         }
     }
 }
@@ -293,8 +298,8 @@ mod tests {
                         plane,
                     };
                     let mut mine = Vec::new();
-                    share.rows([0], |[o], cols| {
-                        for j in cols {
+                    share.rows([0], |[o], len| {
+                        for j in 0..len {
                             seen[o + j * inner] += 1;
                             mine.push(o + j * inner);
                         }

@@ -20,8 +20,7 @@ pub fn copy_share<T: Copy>(
     dst: &[Cell<T>],
 ) {
     let (_, [sd, ss]) = share.walk.inner();
-    share.rows(base, |[d, s], cols| {
-        let (d, s, len) = (d + cols.start * sd, s + cols.start * ss, cols.len());
+    share.rows(base, |[d, s], len| {
         if sd == 1 && ss == 1 {
             map_row(&dst[d..d + len], src.sub(s, len), |x| x);
         } else {

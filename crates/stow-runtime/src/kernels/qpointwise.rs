@@ -479,10 +479,9 @@ impl QBinary {
             return Ok(());
         }
         let (_, [so, sa, sb]) = self.walk.inner();
-        share.rows([0; 3], |at, cols| {
-            let [o, ia, ib] = piece(at, cols.start, [so, sa, sb]);
+        share.rows([0; 3], |[o, ia, ib], len| {
             let g = f.along_row(sa, sb, || a.at(ia) as f32, || b.at(ib) as f32);
-            for k in 0..cols.len() {
+            for k in 0..len {
                 let (xa, xb) = (a.at(ia + k * sa) as f32, b.at(ib + k * sb) as f32);
                 y.set(o + k * so, g.one(xa, xb));
             }
@@ -546,12 +545,6 @@ impl Narrow for i8 {
     }
 }
 
-/// The offsets of a row's element `start`, the row starting at `at`.
-#[inline(always)]
-fn piece(at: [usize; 3], start: usize, strides: [usize; 3]) -> [usize; 3] {
-    core::array::from_fn(|t| at[t] + start * strides[t])
-}
-
 /// [`QBinary::run`]'s loop over typed operands, each row compiled for
 /// the best vector width the CPU has: the same operations per element in
 /// the same order (Rust never fuses a multiply and an add), so the same
@@ -572,8 +565,7 @@ fn typed_rows<XA, XB, Y>(
     Y: Narrow,
 {
     let (_, strides) = share.walk.inner();
-    share.rows([0; 3], |at, cols| {
-        let (at, len) = (piece(at, cols.start, strides), cols.len());
+    share.rows([0; 3], |at, len| {
         typed_row(isa, at, len, strides, a, b, y, f)
     });
 }

@@ -4,7 +4,6 @@
 
 use super::cells::Load;
 use super::float::Float;
-#[cfg(target_arch = "x86_64")]
 use super::qlinear::igemm::Isa;
 use super::run::{Failure, Views};
 use super::{Kernel, Operand};
@@ -268,8 +267,6 @@ fn dequantize_typed<T: Quantized>(
 /// operations, never fused, so the same results.
 #[inline(always)]
 pub(super) fn widest<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(not(target_arch = "x86_64"))]
-    use super::qlinear::igemm::Isa;
     match Isa::detect() {
         #[cfg(target_arch = "x86_64")]
         Isa::Vnni => {
