@@ -16,10 +16,11 @@
 //! the zero im2col packs for the padding, so the sums are the same to the
 //! bit.
 //!
-//! Only CPUs with AVX2 and FMA but not AVX-512 take this path by default:
-//! there the packing was 15 % of resnet50's run and the masked loads
-//! win it back (BENCHMARKS.md, "Session 42"). The AVX-512
-//! product keeps its im2col panels, which it reads two at a time.
+//! Every CPU with AVX2 and FMA takes this path: the packing was 15 % of
+//! resnet50's run on an AVX2 CPU (BENCHMARKS.md, "Session 42") and 12 %
+//! with AVX-512, where a tile is two A panels (twelve rows) against 32
+//! output positions in two 16-lane vectors, 24 sums in registers
+//! ("Session 47").
 
 use super::cells::Load;
 use super::gemm::{Dst, Finish, Isa, OnStack, MC, MR, NC, NR};
@@ -88,9 +89,8 @@ impl Plane {
 
     /// For each tap, the lanes of the tile of output positions
     /// `f0..f0 + width` (at most [`SPAN`]) whose input lies inside the
-    /// image: lane `l` of `masks[t]` (all ones or zero) for position
-    /// `f0 + l`.
-    fn masks(&self, f0: usize, width: usize, masks: &mut Masks) {
+    /// image: bit `l` of `bits[t]` for position `f0 + l`.
+    fn mask_bits(&self, f0: usize, width: usize) -> [u32; MOST_TAPS] {
         let mut rows = [0u32; MOST_SIDE];
         let mut cols = [0u32; MOST_SIDE];
         let (mut y, mut x) = (f0 / self.w, f0 % self.w);
@@ -110,8 +110,20 @@ impl Plane {
                 (x, y) = (0, y + 1);
             }
         }
-        for (t, lanes) in masks.iter_mut().enumerate().take(self.taps()) {
-            let bits = rows[t / self.kw] & cols[t % self.kw];
+        core::array::from_fn(|t| {
+            if t < self.taps() {
+                rows[t / self.kw] & cols[t % self.kw]
+            } else {
+                0
+            }
+        })
+    }
+
+    /// [`Plane::mask_bits`] spread over lanes: lane `l` of `masks[t]` all
+    /// ones or zero.
+    fn masks(&self, f0: usize, width: usize, masks: &mut Masks) {
+        let bits = self.mask_bits(f0, width);
+        for (lanes, bits) in masks.iter_mut().zip(bits).take(self.taps()) {
             for (l, lane) in lanes.iter_mut().enumerate() {
                 *lane = -(((bits >> l) & 1) as i32);
             }
@@ -122,10 +134,10 @@ impl Plane {
 /// A tile's lane masks, per tap.
 type Masks = [[i32; SPAN]; MOST_TAPS];
 
-/// True when [`conv`] computes convolutions of shape `s` by default on
-/// this CPU.
-pub(crate) fn applies(s: &ConvShape) -> bool {
-    Isa::detect() == Isa::Fma && Plane::of(s).is_some()
+/// The instruction set [`conv`] computes convolutions of shape `s` with
+/// by default on this CPU, if it takes them.
+pub(crate) fn applies(s: &ConvShape) -> Option<Isa> {
+    can(s).then(Isa::detect)
 }
 
 /// True when [`conv`] can compute convolutions of shape `s` on this CPU
@@ -135,12 +147,15 @@ pub(crate) fn can(s: &ConvShape) -> bool {
 }
 
 /// One group of a convolution [`can`] admits: `C += A · im2col(x)` (or
-/// `=`, see [`super::gemm::Start`]) over output columns `cols`, A being
+/// `=`, see [`super::gemm::Start`]) over rows `lines` (whole panels but
+/// for the last, as [`super::prepacked::row_share`] gives) and output
+/// columns `cols`, A being
 /// matrix `g` of the packed kernel `a` and the image the `in_per_group`
 /// planes of `x` from `in_base`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     s: &ConvShape,
+    isa: Isa,
     p: &Panels,
     g: usize,
     a: L,
@@ -148,15 +163,20 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     in_base: usize,
     c: &Dst<'_>,
     scratch: &[Cell<f32>],
-    cols: Range<usize>,
+    (lines, cols): (Range<usize>, Range<usize>),
 ) {
-    let Some(plane) = Plane::of(s).filter(|_| can(s)) else {
+    let Some(plane) = Plane::of(s).filter(|_| can(s) && isa != Isa::Portable) else {
         debug_assert!(false, "a convolution the direct product does not take");
         return;
     };
     let (m, k, kc, n) = (p.rows, p.depth, p.kc, s.n());
     let end = cols.end.min(n);
-    if m == 0 || k == 0 || cols.start >= end || k != s.k() {
+    let last = lines.end.min(m);
+    if m == 0 || k == 0 || cols.start >= end || lines.start >= last || k != s.k() {
+        return;
+    }
+    if !lines.start.is_multiple_of(MR) {
+        debug_assert!(false, "a row share that starts inside a panel");
         return;
     }
     let on_stack = OnStack::default();
@@ -186,7 +206,7 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
             let finish = c.finish.at(p0 + kcb == k);
             let block = base + p0 * m;
             let short = m % MR;
-            if short != 0 {
+            if short != 0 && last == m {
                 widen_tail(a, block + (m - short) * kcb, short, MR, kcb, tail);
             }
             let depth = Depth {
@@ -196,10 +216,41 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
                 taps: plane.taps(),
                 len: kcb,
             };
-            for i0 in (0..m).step_by(MC) {
-                let mc = MC.min(m - i0);
+            for i0 in (lines.start..last).step_by(MC) {
+                let mc = MC.min(last - i0);
                 for c0 in (0..nc).step_by(SPAN) {
                     let (f0, width) = (j0 + c0, SPAN.min(nc - c0));
+                    if isa == Isa::Avx512 {
+                        let reads = Wide {
+                            at: f0,
+                            offsets: &offsets,
+                            bits: plane.mask_bits(f0, width),
+                        };
+                        let mut r0 = i0;
+                        while r0 < i0 + mc {
+                            let rows = MR.min(m - r0);
+                            let at = (r0, f0);
+                            if rows == MR && r0 + 2 * MR <= i0 + mc {
+                                // Two whole panels: twelve rows against
+                                // the same two image vectors per depth.
+                                let a = [0, MR].map(|d| a.sub(block + (r0 + d) * kcb, kcb * MR));
+                                let ends = [0, MR].map(|d| (c.start.at(p0, r0 + d, MR), finish));
+                                wide_kernel(a, &depth, &reads, c, at, ([MR; 2], width), ends);
+                                r0 += 2 * MR;
+                                continue;
+                            }
+                            let end = [(c.start.at(p0, r0, rows), finish)];
+                            if rows == MR {
+                                let a = [a.sub(block + r0 * kcb, kcb * MR)];
+                                wide_kernel(a, &depth, &reads, c, at, ([rows], width), end);
+                            } else {
+                                let a = [&tail[..kcb * MR]];
+                                wide_kernel(a, &depth, &reads, c, at, ([rows], width), end);
+                            }
+                            r0 += MR;
+                        }
+                        continue;
+                    }
                     plane.masks(f0, width, &mut masks);
                     // Each B panel of the tile: its reads and its columns.
                     let halves: [(Reads<'_>, usize); SPAN / NR] = core::array::from_fn(|h| {
@@ -362,6 +413,127 @@ fn taps_kernel_avx2<A: Load<f32>>(
     super::gemm::add_tile(c, &tile, i, j, rows, cols, end);
 }
 
+/// Where a wide tile's B values come from: output positions from `at`,
+/// each tap's input `offsets[t]` away, lane `l` read where bit `l` of
+/// `bits[t]` is set.
+struct Wide<'t> {
+    at: usize,
+    offsets: &'t [isize; MOST_TAPS],
+    bits: [u32; MOST_TAPS],
+}
+
+/// `P` A panels (one or two, rows `i..i + P·MR`) against the image's
+/// [`SPAN`] output positions from `j`, read through the taps' masks: the
+/// tile of C, its top-left `size` per panel written.
+#[inline(always)]
+fn wide_kernel<const P: usize, A: Load<f32>>(
+    a: [A; P],
+    depth: &Depth,
+    reads: &Wide<'_>,
+    c: &Dst<'_>,
+    at: (usize, usize),
+    size: ([usize; P], usize),
+    ends: [(Option<[f32; MR]>, Finish); P],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `conv` takes this path only where `Isa::detect` found
+        // AVX-512 F.
+        #[allow(unsafe_code)]
+        unsafe {
+            if size.1 > NR {
+                wide_kernel_avx512::<P, 2, A>(a, depth, reads, c, at, size, ends)
+            } else {
+                wide_kernel_avx512::<P, 1, A>(a, depth, reads, c, at, size, ends)
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, depth, reads, c, at, size, ends);
+        unreachable!("the wide direct product needs AVX-512");
+    }
+}
+
+/// The tile of [`wide_kernel`] in `H` 16-lane vectors per row: each
+/// depth's `H` image vectors are loaded once (masked lanes are neither
+/// read nor faulted on) and multiplied by all `P·MR` weights, so two
+/// panels give 24 independent chains, enough to cover the latency of
+/// two FMA units, with half the image loads per multiply-add of one.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn wide_kernel_avx512<const P: usize, const H: usize, A: Load<f32>>(
+    a: [A; P],
+    depth: &Depth,
+    reads: &Wide<'_>,
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): ([usize; P], usize),
+    ends: [(Option<[f32; MR]>, Finish); P],
+) {
+    use core::arch::x86_64::*;
+    const { assert!(NR == 16, "a 16-lane vector is one B panel's width") };
+    let pa: [*const f32; P] = a.map(|a| a.sub(0, depth.len * MR).ptr());
+    let mut acc = [[[_mm512_setzero_ps(); H]; MR]; P];
+    let (ch, mut tap) = depth.first;
+    // Formed with wrapping arithmetic: a tap's address may lie before the
+    // image (the row above the first), where no lane reads. One flat loop
+    // over the depths: nested loops over channels and taps made the
+    // compiler store and reload all 24 sums once per channel.
+    let mut channel = depth.image.wrapping_add(ch * depth.plane + reads.at);
+    for p in 0..depth.len {
+        let src = channel.wrapping_offset(reads.offsets[tap]);
+        let bits = reads.bits[tap];
+        // SAFETY: a lane's bit is set only where its input position
+        // (output position plus the tap's offset) lies inside the plane
+        // of a channel < `in_per_group`, all of which `conv` bounds-
+        // checked; a masked load neither reads nor faults on the lanes it
+        // leaves out. Nothing writes the image while the kernel reads.
+        #[allow(unsafe_code)]
+        let x: [__m512; H] = core::array::from_fn(|h| unsafe {
+            _mm512_maskz_loadu_ps((bits >> (16 * h)) as u16, src.wrapping_add(16 * h))
+        });
+        for (pa, acc) in pa.iter().zip(acc.iter_mut()) {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `p * MR + r < len * MR`, the panel `sub` checked.
+                #[allow(unsafe_code)]
+                let w = _mm512_set1_ps(unsafe { *pa.add(p * MR + r) });
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    *acc = _mm512_fmadd_ps(w, x, *acc);
+                }
+            }
+        }
+        tap += 1;
+        if tap == depth.taps {
+            tap = 0;
+            channel = channel.wrapping_add(depth.plane);
+        }
+    }
+    // Stored whole first (every index known at compile time): reading
+    // the sums by a run-time index kept them in memory through the loop.
+    let mut tiles = [[[[0f32; NR]; MR]; H]; P];
+    for (tiles, acc) in tiles.iter_mut().zip(&acc) {
+        for (r, acc) in acc.iter().enumerate() {
+            for (tile, v) in tiles.iter_mut().zip(acc) {
+                // SAFETY: a tile row holds NR = 16 floats.
+                #[allow(unsafe_code)]
+                unsafe {
+                    _mm512_storeu_ps(tile[r].as_mut_ptr(), *v)
+                };
+            }
+        }
+    }
+    for (panel, tiles) in tiles.iter().enumerate() {
+        for (h, tile) in tiles.iter().enumerate() {
+            let width = cols.saturating_sub(h * NR).min(NR);
+            if width > 0 {
+                let (row, end) = (i + panel * MR, ends[panel]);
+                super::gemm::add_tile(c, tile, row, j + h * NR, rows[panel], width, end);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,9 +552,12 @@ mod tests {
     /// bits of the im2col panels.
     #[test]
     fn reading_in_place_gives_the_packed_bits() {
-        if Isa::detect() == Isa::Portable {
-            return;
-        }
+        // Every kernel this CPU runs: the AVX2 one on AVX-512 CPUs too.
+        let isas: Vec<Isa> = match Isa::detect() {
+            Isa::Portable => return,
+            Isa::Fma => [Isa::Fma].into(),
+            Isa::Avx512 => [Isa::Fma, Isa::Avx512].into(),
+        };
         let mut below = crate::kernels::testing::below(0x2545_f491_4f6c_dd1du64);
         for case in 0..200 {
             let kernel = [1, 1 + below(7), 1 + below(7)];
@@ -393,7 +568,7 @@ mod tests {
             let pad = [0, below(kernel[1]), below(kernel[2])];
             let pad_after = [0, kernel[1] - 1 - pad[1], kernel[2] - 1 - pad[2]];
             let (groups, batch) = (1 + below(2), 1 + below(2));
-            let (ipg, opg) = (1 + below(6), 2 + below(13));
+            let (ipg, opg) = (1 + below(6), 2 + below(40));
             let s = ConvShape {
                 batch,
                 groups,
@@ -436,7 +611,7 @@ mod tests {
             };
             let parts = 1 + below(3);
             let floats = prepacked::scratch_elems(&panels, n);
-            let run = |direct: bool| {
+            let run = |direct: Option<Isa>| {
                 let out: Vec<Cell<f32>> = (0..batch * groups * opg * n)
                     .map(|_| Cell::new(f32::NAN))
                     .collect();
@@ -454,12 +629,19 @@ mod tests {
                 }
                 out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>()
             };
-            let (want, got) = (run(false), run(true));
+            let want = run(None);
             assert!(
                 want.iter().all(|&b| !f32::from_bits(b).is_nan()),
                 "case {case}: the packed product left outputs unwritten"
             );
-            assert_eq!(got, want, "case {case}: {:?}, kc {}", s.window, panels.kc);
+            for &isa in &isas {
+                let got = run(Some(isa));
+                assert_eq!(
+                    got, want,
+                    "case {case}, {isa:?}: {:?}, kc {}",
+                    s.window, panels.kc
+                );
+            }
         }
     }
 }

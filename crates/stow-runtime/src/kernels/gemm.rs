@@ -353,7 +353,9 @@ macro_rules! with_finish {
 }
 
 mod micro;
-pub(crate) use micro::{add_tile, fma_available, micro_kernel, micro_kernel_pair, Isa};
+pub(crate) use micro::{
+    add_tile, fma_available, micro_kernel, micro_kernel_pair, micro_kernel_quad, Isa,
+};
 
 /// What each element of C goes through once its sum is complete: an
 /// activation merged into the product at setup, applied to the tile in

@@ -465,11 +465,11 @@ pub fn conv(
 }
 
 /// [`conv`], its packed kernel `packed.0` read against the image as it
-/// lies when `packed.1` (which [`super::direct::can`] must allow), else
-/// against im2col panels.
+/// lies by the kernels of `packed.1` when given (which
+/// [`super::direct::can`] must allow), else against im2col panels.
 pub(super) fn conv_as(
     s: &ConvShape,
-    (packed, direct): (Option<&Panels>, bool),
+    (packed, direct): (Option<&Panels>, Option<super::gemm::Isa>),
     (x, weight, bias): (Src<'_, f32>, Src<'_, f32>, Option<Src<'_, f32>>),
     out: &[Cell<f32>],
     finish: Finish,
@@ -488,8 +488,7 @@ pub(super) fn conv_as(
     }
     let w = &s.window;
     let (m, n, k) = (s.out_per_group, s.n(), s.k());
-    let by_packed_path = packed.is_some() && !direct && k > 0;
-    let (lines, cols) = if by_packed_path {
+    let (lines, cols) = if packed.is_some() && k > 0 {
         prepacked::left_shares(m, n, part, parts)
     } else {
         (0..m, gemm::share(n, part, parts))
@@ -530,8 +529,9 @@ pub(super) fn conv_as(
                         cols: n,
                     };
                     group.product(&b, &dst, scratch, (lines.clone(), cols.clone()))
-                } else if let Some(p) = packed.filter(|_| direct) {
-                    super::direct::conv(s, p, g, wt, xs, in_base, &dst, scratch, cols.clone())
+                } else if let (Some(p), Some(isa)) = (packed, direct) {
+                    let share = (lines.clone(), cols.clone());
+                    super::direct::conv(s, isa, p, g, wt, xs, in_base, &dst, scratch, share)
                 } else {
                     let b = Im2col {
                         data: xs,

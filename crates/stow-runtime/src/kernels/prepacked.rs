@@ -22,8 +22,8 @@
 
 use super::cells::Load;
 use super::gemm::{
-    self, micro_kernel, micro_kernel_pair, round_up, Dst, OnStack, PackA, PackB, MC, MR, NC, NR,
-    STACK_FLOATS,
+    self, micro_kernel, micro_kernel_pair, micro_kernel_quad, round_up, Dst, OnStack, PackA, PackB,
+    MC, MR, NC, NR, STACK_FLOATS,
 };
 use super::qlinear::igemm;
 use alloc::vec::Vec;
@@ -350,12 +350,12 @@ pub fn gemm_left<L: Load<f32>>(
                 let at = block + (m - short) * kcb;
                 widen_tail(a, at, short, MR, kcb, tail);
             }
+            let panel = |c0: usize, q: usize| {
+                let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
+                &bpack[q * kcb * NR..(q + 1) * kcb * NR]
+            };
             let tile = |r0: usize, c0: usize| {
-                let panel = |q: usize| {
-                    let q = (c0 / NR + q).min(nc.div_ceil(NR) - 1);
-                    &bpack[q * kcb * NR..(q + 1) * kcb * NR]
-                };
-                let b = (panel(0), panel(1));
+                let b = (panel(c0, 0), panel(c0, 1));
                 let rows = MR.min(m - r0);
                 let (at, size) = ((r0, j0 + c0), (rows, (2 * NR).min(nc - c0)));
                 let end = (c.start.at(p0, r0, rows), finish);
@@ -383,8 +383,19 @@ pub fn gemm_left<L: Load<f32>>(
             for i0 in (lines.start..last).step_by(MC) {
                 let mc = MC.min(last - i0);
                 for c0 in (0..nc).step_by(2 * NR) {
-                    for r0 in (i0..i0 + mc).step_by(MR) {
-                        tile(r0, c0);
+                    let mut r0 = i0;
+                    while r0 < i0 + mc {
+                        if r0 + 2 * MR > i0 + mc || 2 * NR > nc - c0 {
+                            tile(r0, c0);
+                            r0 += MR;
+                            continue;
+                        }
+                        // Two whole weight panels against two B panels.
+                        let b = (panel(c0, 0), panel(c0, 1));
+                        let a = [0, MR].map(|d| a.sub(block + (r0 + d) * kcb, kcb * MR));
+                        let ends = [0, MR].map(|d| (c.start.at(p0, r0 + d, MR), finish));
+                        micro_kernel_quad(isa, kcb, a, b, c, (r0, j0 + c0), 2 * NR, ends);
+                        r0 += 2 * MR;
                     }
                 }
             }
@@ -538,6 +549,7 @@ mod tests {
             (6, 17, 256),
             (13, 300, 40),
             (151, 20, 300),
+            (151, 70, 300),
             (100, 30, 20),
         ] {
             let a: Vec<f32> = (0..m * k).map(|i| value(i, 1)).collect();

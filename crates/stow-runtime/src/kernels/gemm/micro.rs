@@ -213,7 +213,7 @@ pub(crate) fn micro_kernel<A: Load<f32>, B: Load<f32>>(
         // SAFETY: the function only needs the CPU to have AVX-512 F,
         // which `Isa::detect` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { micro_kernel_avx512(kc, (a, [b]), c, at, size, end) };
+        return unsafe { micro_kernel_avx512(kc, ([a], [b]), c, at, ([size.0], size.1), [end]) };
     }
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable {
@@ -248,7 +248,9 @@ pub(crate) fn micro_kernel_pair<A: Load<f32>, B: Load<f32>>(
         // SAFETY: the function only needs the CPU to have AVX-512 F,
         // which `Isa::detect` checked at run time.
         #[allow(unsafe_code)]
-        return unsafe { micro_kernel_avx512(kc, (a, [b.0, b.1]), c, (i, j), (rows, cols), end) };
+        return unsafe {
+            micro_kernel_avx512(kc, ([a], [b.0, b.1]), c, (i, j), ([rows], cols), [end])
+        };
     }
     micro_kernel(isa, kc, a, b.0, c, (i, j), (rows, cols.min(NR)), end);
     if cols > NR {
@@ -256,55 +258,96 @@ pub(crate) fn micro_kernel_pair<A: Load<f32>, B: Load<f32>>(
     }
 }
 
-/// One A panel against `P` B panels (one or two) in 16-lane registers:
-/// the `MR × P·NR` tile at `(i, j)`, of which the top-left `size` is
-/// added to C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn micro_kernel_avx512<const P: usize, A: Load<f32>, B: Load<f32>>(
+/// [`micro_kernel_pair`] for two whole A panels at once: rows `i..i +
+/// 2·MR`, `a[q]` holding rows `i + q·MR..`, each panel's rows with their
+/// own `ends[q]`. With AVX-512 one loop computes the 12 × 32 tile (24
+/// chains); otherwise the panels go one after the other.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn micro_kernel_quad<A: Load<f32>, B: Load<f32>>(
+    isa: Isa,
     kc: usize,
-    (a, b): (A, [B; P]),
+    a: [A; 2],
+    b: (B, B),
     c: &Dst<'_>,
     (i, j): (usize, usize),
-    (rows, cols): (usize, usize),
-    end: (Option<[f32; MR]>, Finish),
+    cols: usize,
+    ends: [(Option<[f32; MR]>, Finish); 2],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && cols > NR {
+        // SAFETY: the function only needs the CPU to have AVX-512 F,
+        // which `Isa::detect` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe {
+            micro_kernel_avx512(kc, (a, [b.0, b.1]), c, (i, j), ([MR; 2], cols), ends)
+        };
+    }
+    for (q, (a, end)) in a.into_iter().zip(ends).enumerate() {
+        micro_kernel_pair(isa, kc, a, b, c, (i + q * MR, j), (MR, cols), end);
+    }
+}
+
+/// `Q` A panels (one or two, rows `i..` then `i + MR..`) against `P` B
+/// panels (one or two) in 16-lane registers: the `Q·MR × P·NR` tile at
+/// `(i, j)`, of which each panel's top-left `rows[q] × cols` is added to
+/// C. Two A panels against two B panels keep 24 sums in registers, each
+/// B vector loaded once for twelve rows instead of six.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn micro_kernel_avx512<const Q: usize, const P: usize, A: Load<f32>, B: Load<f32>>(
+    kc: usize,
+    (a, b): ([A; Q], [B; P]),
+    c: &Dst<'_>,
+    (i, j): (usize, usize),
+    (rows, cols): ([usize; Q], usize),
+    ends: [(Option<[f32; MR]>, Finish); Q],
 ) {
     use core::arch::x86_64::*;
     // Bounds checked once here; the loop reads inside these panels.
-    let pa = a.sub(0, kc * MR).ptr();
-    let pb: [*const f32; P] = core::array::from_fn(|t| b[t].sub(0, kc * NR).ptr());
-    prefetch_tile(c, (i, j), rows, P);
-    let mut acc = [[_mm512_setzero_ps(); P]; MR];
+    let pa: [*const f32; Q] = a.map(|a| a.sub(0, kc * MR).ptr());
+    let pb: [*const f32; P] = b.map(|b| b.sub(0, kc * NR).ptr());
+    for (q, &rows) in rows.iter().enumerate() {
+        prefetch_tile(c, (i + q * MR, j), rows, P);
+    }
+    let mut acc = [[[_mm512_setzero_ps(); P]; MR]; Q];
     for p in 0..kc {
         // SAFETY: `p < kc`, and the panels hold `kc` depths of NR = 16
         // floats (B) and of MR floats (A), as `sub` checked; nothing
         // writes them while the kernel reads.
         #[allow(unsafe_code)]
-        let x: [__m512; P] =
-            core::array::from_fn(|t| unsafe { _mm512_loadu_ps(pb[t].add(p * NR)) });
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: as above, `p * MR + r < kc * MR`.
-            #[allow(unsafe_code)]
-            let w = _mm512_set1_ps(unsafe { *pa.add(p * MR + r) });
-            for (acc, x) in acc.iter_mut().zip(x) {
-                *acc = _mm512_fmadd_ps(w, x, *acc);
+        let x: [__m512; P] = pb.map(|pb| unsafe { _mm512_loadu_ps(pb.add(p * NR)) });
+        for (pa, acc) in pa.iter().zip(acc.iter_mut()) {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above, `p * MR + r < kc * MR`.
+                #[allow(unsafe_code)]
+                let w = _mm512_set1_ps(unsafe { *pa.add(p * MR + r) });
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    *acc = _mm512_fmadd_ps(w, x, *acc);
+                }
             }
         }
     }
-    let mut tiles = [[[0f32; NR]; MR]; P];
-    for (r, acc) in acc.iter().enumerate() {
-        for (t, v) in acc.iter().enumerate() {
-            // SAFETY: a tile row holds NR = 16 floats, one store's worth.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm512_storeu_ps(tiles[t][r].as_mut_ptr(), *v)
-            };
+    // Stored whole first, every index known at compile time: a sum read
+    // by a run-time index keeps them all in memory through the loop.
+    let mut tiles = [[[[0f32; NR]; MR]; P]; Q];
+    for (tiles, acc) in tiles.iter_mut().zip(&acc) {
+        for (r, acc) in acc.iter().enumerate() {
+            for (tile, v) in tiles.iter_mut().zip(acc) {
+                // SAFETY: a tile row holds NR = 16 floats, one store's worth.
+                #[allow(unsafe_code)]
+                unsafe {
+                    _mm512_storeu_ps(tile[r].as_mut_ptr(), *v)
+                };
+            }
         }
     }
-    for (t, tile) in tiles.iter().enumerate() {
-        let width = cols.saturating_sub(t * NR).min(NR);
-        if width > 0 {
-            add_tile(c, tile, i, j + t * NR, rows, width, end);
+    for (q, tiles) in tiles.iter().enumerate() {
+        for (t, tile) in tiles.iter().enumerate() {
+            let width = cols.saturating_sub(t * NR).min(NR);
+            if width > 0 {
+                add_tile(c, tile, i + q * MR, j + t * NR, rows[q], width, ends[q]);
+            }
         }
     }
 }
