@@ -84,6 +84,18 @@ pub(super) fn dynamic_u8(
     let (scale, zero) = crate::with_load!(src, |src| widest(|| {
         let src = src.sub(0, dst.len());
         let (scale, zero) = range_u8(src);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() == Isa::Vnni {
+            // SAFETY: `Isa::Vnni` is only chosen where the CPU has AVX-512
+            // F and BW; `src` holds `dst.len()` floats and `dst` as many
+            // bytes.
+            #[allow(unsafe_code)]
+            unsafe {
+                let out = dst.as_ptr() as *mut i8;
+                x86::quantize_bytes(src.ptr(), out, dst.len(), scale, zero.into(), false, true)
+            };
+            return (scale, zero);
+        }
         for (i, c) in dst.iter().enumerate() {
             c.set(quantize_u8(src.load(i), scale, zero));
         }
@@ -182,6 +194,7 @@ fn quantize_typed<T: Quantized>(
                             s,
                             z.to_f32(),
                             signed,
+                            false,
                         )
                     }
                 });
@@ -296,7 +309,9 @@ mod x86 {
     /// [`super::quantize_one`] of `n` floats from `x` into the bytes at
     /// `out` (i8 where `signed`, else u8), sixteen at a time: the same
     /// division, rounding to nearest even (`vrndscaleps`), addition and
-    /// clamp, and NaN to 0 as the scalar `as` cast gives it. The scalar
+    /// clamp, and NaN to 0 as the scalar `as` cast gives it (or, with
+    /// `nan_at_zero_point`, to the zero point, as [`super::quantize_u8`]
+    /// gives it: its integer cast comes before the addition). The scalar
     /// loop, which the compiler did not vectorise, converted each lane by
     /// itself (2 ns an element).
     ///
@@ -313,6 +328,7 @@ mod x86 {
         scale: f32,
         zero: f32,
         signed: bool,
+        nan_at_zero_point: bool,
     ) {
         let (lo, hi) = if signed {
             (-128.0, 127.0)
@@ -330,6 +346,11 @@ mod x86 {
             let v = unsafe { _mm512_maskz_loadu_ps(mask, x.add(i)) };
             let q = _mm512_div_ps(v, s);
             let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(q);
+            let r = if nan_at_zero_point {
+                _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r), r)
+            } else {
+                r
+            };
             let y = _mm512_add_ps(r, z);
             // A NaN is the second operand of both, so it stays NaN, as
             // `f32::clamp` keeps it; converted, it is 0x8000_0000, whose
@@ -581,7 +602,15 @@ mod tests {
                 // AVX-512 F and BW; `x` and `got` hold `n` elements.
                 #[allow(unsafe_code)]
                 unsafe {
-                    x86::quantize_bytes(x.as_ptr(), got.as_mut_ptr(), n, scale, zero.into(), false)
+                    x86::quantize_bytes(
+                        x.as_ptr(),
+                        got.as_mut_ptr(),
+                        n,
+                        scale,
+                        zero.into(),
+                        false,
+                        false,
+                    )
                 };
                 let want: Vec<u8> = x.iter().map(|&v| quantize_one(v, scale, zero)).collect();
                 assert_eq!(
@@ -592,10 +621,37 @@ mod tests {
                 let z = zero as i8;
                 #[allow(unsafe_code)]
                 unsafe {
-                    x86::quantize_bytes(x.as_ptr(), got.as_mut_ptr(), n, scale, z.into(), true)
+                    x86::quantize_bytes(
+                        x.as_ptr(),
+                        got.as_mut_ptr(),
+                        n,
+                        scale,
+                        z.into(),
+                        true,
+                        false,
+                    )
                 };
                 let want: Vec<i8> = x.iter().map(|&v| quantize_one(v, scale, z)).collect();
                 assert_eq!(got, want, "i8, {n}, {scale}");
+                // DynamicQuantizeLinear's: NaN at the zero point.
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::quantize_bytes(
+                        x.as_ptr(),
+                        got.as_mut_ptr(),
+                        n,
+                        scale,
+                        zero.into(),
+                        false,
+                        true,
+                    )
+                };
+                let want: Vec<u8> = x.iter().map(|&v| quantize_u8(v, scale, zero)).collect();
+                assert_eq!(
+                    bytemuck::cast_slice::<i8, u8>(&got),
+                    &want[..],
+                    "dynamic u8, {n}, {scale}"
+                );
             }
         }
     }

@@ -353,6 +353,10 @@ pub fn run_part(
             ))
             .map_err(Failure::Index)?
         }
+        Kernel::Softmax(at, log) if ins[0].dtype == DType::F32 => crate::with_load!(
+            v.src::<f32>(&ins[0])?,
+            |x| nn::softmax_f32(*at, *log, x, v.dst(&outs[0])?, lanes(at))
+        ),
         Kernel::Softmax(at, log) => {
             by_float!(ins[0].dtype, |F| crate::with_load!(
                 v.src::<F>(&ins[0])?,

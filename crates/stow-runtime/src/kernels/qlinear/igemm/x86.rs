@@ -83,6 +83,35 @@ pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQua
     out
 }
 
+/// [`tiles_vnni`] of two groups of [`MR`] rows in one pass (`rows.quad(q,
+/// r)` for `r < 2·MR`): each panel quad loaded once for eight rows, 24
+/// sums in flight with three panels. Same contract.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) fn tiles2_vnni<
+    const LANES_UNSIGNED: bool,
+    const N: usize,
+    P: PanelQuads,
+    R: RowQuads,
+>(
+    panels: [P; N],
+    rows: &R,
+    nq: usize,
+) -> [[Tile; 2]; N] {
+    let acc = sums_vnni::<LANES_UNSIGNED, N, { 2 * MR }, P, R>(panels, rows, nq);
+    let mut out = [[[[0i32; NR]; MR]; 2]; N];
+    for (o, a) in out.iter_mut().zip(acc) {
+        for (r, a) in a.iter().enumerate() {
+            // SAFETY: a tile row is 16 i32, the 64 bytes one unaligned
+            // store writes.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm512_storeu_si512(o[r / MR][r % MR].as_mut_ptr().cast(), *a)
+            };
+        }
+    }
+    out
+}
+
 /// [`tiles_vnni`]'s sums, left in registers (for it, and for
 /// [`super::fused`], which requantises them there), of `M` rows
 /// (`rows.quad(q, r)` for `r < M`: [`MR`], or two groups of it). Same
