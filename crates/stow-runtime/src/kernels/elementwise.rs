@@ -511,30 +511,118 @@ pub fn select<T: Copy>(
     b: Src<'_, T>,
     out: &[Cell<T>],
 ) {
-    let (len, [so, sc, sa, sb]) = walk.inner();
-    walk.rows([0, 0, 0, 0], |[o, ic, ia, ib]| {
-        for j in 0..len {
-            let v = if cond.at(ic + j * sc) != 0 {
-                a.at(ia + j * sa)
-            } else {
-                b.at(ib + j * sb)
-            };
-            out[o + j * so].set(v);
-        }
-    });
+    #[inline(always)]
+    fn go<T: Copy>(
+        walk: &Walk<4>,
+        cond: impl Load<u8>,
+        a: impl Load<T>,
+        b: impl Load<T>,
+        out: &[Cell<T>],
+    ) {
+        let (len, [so, sc, sa, sb]) = walk.inner();
+        walk.rows([0, 0, 0, 0], |[o, ic, ia, ib]| {
+            if (so, sc, sa, sb) == (1, 1, 0, 1) {
+                // A mask over a row, one value where it holds
+                // (bert_base's attention mask): contiguous, vectorises.
+                let (out, cond, b) = (&out[o..o + len], cond.sub(ic, len), b.sub(ib, len));
+                let x = a.load(ia);
+                for (j, c) in out.iter().enumerate() {
+                    c.set(if cond.load(j) != 0 { x } else { b.load(j) });
+                }
+                return;
+            }
+            for j in 0..len {
+                let v = if cond.load(ic + j * sc) != 0 {
+                    a.load(ia + j * sa)
+                } else {
+                    b.load(ib + j * sb)
+                };
+                out[o + j * so].set(v);
+            }
+        });
+    }
+    crate::with_load!(cond, |c| crate::with_load!(a, |a| crate::with_load!(
+        b,
+        |b| go(walk, c, a, b, out)
+    )))
 }
 
 /// `out[i] = f(src[i])` for a conversion between element types.
 pub fn convert<T: Copy, U: Copy>(src: Src<'_, T>, out: &[Cell<U>], f: impl Fn(T) -> U) {
-    for (i, o) in out.iter().enumerate() {
-        o.set(f(src.at(i)));
-    }
+    // Monomorphised per storage and chunked, so that the loop vectorises
+    // (reading through `Src::at` matched the storage per element).
+    crate::with_load!(src, |s| map_row(out, s, &f))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
+
+    /// Select over broadcast shapes, the contiguous masked-row case and
+    /// every other stride pattern, against the definition.
+    #[test]
+    fn select_follows_the_broadcast_definition() {
+        use crate::kernels::layout::{broadcast_strides, strides_of, Walk};
+        let mut below = crate::kernels::testing::below(0x5e1e_c7ed_0000_0001);
+        for case in 0..200 {
+            let out: Vec<usize> = (0..1 + below(3)).map(|_| 1 + below(5)).collect();
+            let n: usize = out.iter().product();
+            // Each operand keeps or drops (to 1) each dimension.
+            let mut shape_of = |keep_last: bool| -> Vec<usize> {
+                let last = out.len() - 1;
+                out.iter()
+                    .enumerate()
+                    .map(|(d, &e)| {
+                        if (d == last && keep_last) || below(2) == 0 {
+                            e
+                        } else {
+                            1
+                        }
+                    })
+                    .collect()
+            };
+            let (sc, sa, sb) = if case % 3 == 0 {
+                // bert_base's mask: cond and b along the row, a one value.
+                (shape_of(true), alloc::vec![1; out.len()], out.clone())
+            } else {
+                (shape_of(false), shape_of(false), shape_of(false))
+            };
+            let len = |s: &[usize]| s.iter().product::<usize>();
+            let cond: Vec<u8> = (0..len(&sc)).map(|_| below(2) as u8).collect();
+            let a: Vec<i32> = (0..len(&sa)).map(|i| i as i32 + 1000).collect();
+            let b: Vec<i32> = (0..len(&sb)).map(|i| -(i as i32) - 1).collect();
+            let st = |s: &[usize]| broadcast_strides(s, &out).unwrap();
+            let (stc, sta, stb) = (st(&sc), st(&sa), st(&sb));
+            let walk = Walk::new(&out, [&strides_of(&out), &stc, &sta, &stb]).unwrap();
+            let mut got = alloc::vec![0i32; n];
+            let cells = Cell::from_mut(&mut got[..]).as_slice_of_cells();
+            select(
+                &walk,
+                Src::Weight(&cond),
+                Src::Weight(&a),
+                Src::Arena(Cell::from_mut(&mut b.clone()[..]).as_slice_of_cells()),
+                cells,
+            );
+            let at = |strides: &[usize], flat: usize| {
+                let mut rest = flat;
+                let mut offset = 0;
+                for d in (0..out.len()).rev() {
+                    offset += (rest % out[d]) * strides[d];
+                    rest /= out[d];
+                }
+                offset
+            };
+            for (i, &g) in got.iter().enumerate() {
+                let want = if cond[at(&stc, i)] != 0 {
+                    a[at(&sta, i)]
+                } else {
+                    b[at(&stb, i)]
+                };
+                assert_eq!(g, want, "case {case}: {out:?} at {i}");
+            }
+        }
+    }
 
     #[test]
     fn erf_is_accurate_relative_to_small_results_and_absolutely_elsewhere() {
