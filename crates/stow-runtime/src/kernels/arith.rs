@@ -377,7 +377,7 @@ mod tests {
     #[test]
     fn i32_to_f32_directly_equals_the_general_cast() {
         let mut x = 0x1234_5678u32;
-        let mut values: Vec<i32> =
+        let mut values: alloc::vec::Vec<i32> =
             alloc::vec![0, 1, -1, i32::MAX, i32::MIN, 16_777_217, -16_777_217];
         for _ in 0..10_000 {
             x ^= x << 13;
