@@ -315,7 +315,8 @@ fn rows_avx2(src: impl Load<f32>, out: &[Cell<f32>], f: impl Fn(f32) -> f32 + Co
 
 /// `out[i] = f(src[i])` in chunks of sixteen, each read whole before it
 /// is written (`out` may be `src`), in plain loops that inline into the
-/// copies above.
+/// copies compiled for wider vectors (not `array::from_fn`: that is a
+/// function of its own, which was not inlined into the AVX2 copy).
 #[inline(always)]
 fn map_chunks(src: impl Load<f32>, out: &[Cell<f32>], f: impl Fn(f32) -> f32) {
     const CHUNK: usize = 16;
@@ -361,34 +362,11 @@ fn logistic_row_avx2<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
 
 /// `out[i] = sigmoid(src[i])`, or `src[i]·sigmoid(src[i])` with `SILU`,
 /// through [`exp_neg_abs`]: within a few ulps of the libm formula, and
-/// every step a plain arithmetic operation or select, so each chunk
-/// vectorises. The chunks are plain loops over arrays, not
-/// `array::from_fn`: that is a function of its own, not compiled for
-/// AVX2, and it was not inlined into the AVX2 copy.
+/// every step a plain arithmetic operation or select, so each chunk of
+/// [`map_chunks`] vectorises.
 #[inline(always)]
 pub fn logistic_row<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
-    const CHUNK: usize = 16;
-    let n = out.len().min(src.count());
-    let mut j = 0;
-    while j + CHUNK <= n {
-        // All of the chunk is read before any of it is written, so `out`
-        // may be `src` (a step planned in place).
-        let (o, s) = (&out[j..j + CHUNK], src.sub(j, CHUNK));
-        let mut v = [0f32; CHUNK];
-        for (i, v) in v.iter_mut().enumerate() {
-            *v = s.load(i);
-        }
-        for v in v.iter_mut() {
-            *v = logistic::<SILU>(*v);
-        }
-        for (o, v) in o.iter().zip(v) {
-            o.set(v);
-        }
-        j += CHUNK;
-    }
-    for k in j..n {
-        out[k].set(logistic::<SILU>(src.load(k)));
-    }
+    map_chunks(src, out, logistic::<SILU>)
 }
 
 /// sigmoid(x), or x·sigmoid(x) with `SILU`.
