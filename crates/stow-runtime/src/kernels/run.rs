@@ -369,6 +369,19 @@ pub fn run_part(
                 |x| nn::rms_norm(*at, *eps, x, v.dst(&outs[0])?, lanes(at))
             ))
         }
+        Kernel::LayerNorm(n, eps) if ins[0].dtype == DType::F32 => {
+            let scale = ins.get(1).map(|p| v.src::<f32>(p)).transpose()?;
+            let bias = ins.get(2).map(|p| v.src::<f32>(p)).transpose()?;
+            crate::with_load!(v.src::<f32>(&ins[0])?, |x| nn::layer_norm_f32(
+                *n,
+                *eps,
+                x,
+                scale,
+                bias,
+                v.dst(&outs[0])?,
+                (part, parts)
+            ))
+        }
         Kernel::LayerNorm(n, eps) => {
             by_float!(ins[0].dtype, |F| {
                 let scale = ins.get(1).map(|p| v.src::<F>(p)).transpose()?;

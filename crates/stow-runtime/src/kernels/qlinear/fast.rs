@@ -280,6 +280,32 @@ fn pack_row<'d, L: Load<u8>>(
 
 /// The sums of `rows` rows of `k` bytes of `w`, each byte as i8 (what
 /// the kernels read for rows in place), or `None` if `w` is short.
+/// Each lane's sum over the depth of the bytes of `b` as i8, for the
+/// full panels of `b` stored as the panels `w` in quads (what
+/// [`Operands::packed_lanes`] hands the kernels: panel `p` at bytes
+/// `p·NR·K..`, byte `t` of quad `q` of lane `l` at `(q·NR + l)·4 + t`);
+/// `None` for a depth not in whole quads or if `b` is short.
+pub(super) fn packed_lane_sums(w: &Panels, b: &[u8]) -> Option<Vec<i32>> {
+    let k = w.depth;
+    if !k.is_multiple_of(4) || k == 0 {
+        return None;
+    }
+    let full = w.rows / NR;
+    let b = b.get(..full.checked_mul(NR * k)?)?;
+    let mut sums = Vec::with_capacity(full * NR);
+    for panel in b.chunks_exact(NR * k) {
+        let mut lanes = [0i32; NR];
+        for quads in panel.chunks_exact(4 * NR) {
+            for (sum, quad) in lanes.iter_mut().zip(quads.chunks_exact(4)) {
+                let q = quad.iter().fold(0i32, |s, &v| s + i32::from(v as i8));
+                *sum = sum.wrapping_add(q);
+            }
+        }
+        sums.extend_from_slice(&lanes);
+    }
+    Some(sums)
+}
+
 pub(super) fn kernel_row_sums(w: &[u8], k: usize, rows: usize) -> Option<Vec<i32>> {
     let w = w.get(..rows.checked_mul(k)?)?;
     Some(
@@ -558,6 +584,8 @@ struct ProductOps<'p, L, R, const LANES_A: bool> {
     /// R's row sums taken at setup, where R is the mapped weight b
     /// ([`Plan::weight_row_sums`]).
     row_sums: Option<&'p [i32]>,
+    /// L's lane sums taken at setup, where L is the mapped weight b.
+    lane_sums: Option<&'p [i32]>,
 }
 
 impl<'p, L, R, const LANES_A: bool> ProductOps<'p, L, R, LANES_A> {
@@ -675,6 +703,15 @@ impl<L: Load<u8>, R: Load<u8>, const LANES_A: bool> Operands for ProductOps<'_, 
         // A full panel of a depth in whole quads: quads j0·k/4.. of the
         // weight (docs/FORMAT.md, "Packed weights").
         self.mapped?.get(j0 * k / 4..(j0 + NR) * k / 4)
+    }
+
+    fn packed_lane_sums(&self, j0: usize) -> Option<[i32; NR]> {
+        // The sums are of the bytes as stored, read as i8.
+        if self.mapped.is_none() || self.flips().0 != 0 || LANES_A {
+            return None;
+        }
+        let sums = self.lane_sums?.get(j0..j0.checked_add(NR)?)?;
+        Some(core::array::from_fn(|l| sums[l]))
     }
 
     type Row<'s>
@@ -834,6 +871,7 @@ impl QProduct {
                         weight: None,
                         mapped: None,
                         row_sums,
+                        lane_sums: None,
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 } else {
@@ -847,6 +885,7 @@ impl QProduct {
                         weight,
                         mapped,
                         row_sums: None,
+                        lane_sums: self.lane_sums.as_deref(),
                     };
                     igemm::product(isa, &ops, scratch, panels.clone(), emit);
                 }

@@ -92,6 +92,70 @@ fn resident_panels(k: usize) -> usize {
 /// are read in place (8 KiB of stack).
 const KEPT_ROWS: usize = 2048;
 
+/// Lines of memory a pass of the VNNI kernels asks the cache for while
+/// it computes, one per quad step: the mapped panels of the next block.
+/// A weight is read from memory once per run, and its first read waited
+/// on every line (bert_base's int8 products stalled a third of the run
+/// on them); asked for a block ahead, they arrive in L2 in time.
+#[derive(Clone, Copy)]
+pub struct Ahead {
+    at: *const u8,
+    lines: usize,
+}
+
+impl Ahead {
+    /// Nothing asked for.
+    pub const NONE: Ahead = Ahead {
+        at: core::ptr::null(),
+        lines: 0,
+    };
+}
+
+/// The next block's mapped panels, handed out to passes [`Ahead`] by
+/// [`Ahead`], each as many lines as it has quad steps.
+struct Prefetch {
+    at: *const u8,
+    lines: usize,
+    given: usize,
+}
+
+impl Prefetch {
+    /// The panels `p..p + count` of `ops` where all are mapped and
+    /// consecutive in the mapping; else nothing.
+    fn of<O: Operands>(ops: &O, p: usize, count: usize) -> Prefetch {
+        let none = Prefetch {
+            at: core::ptr::null(),
+            lines: 0,
+            given: 0,
+        };
+        let Some(first) = (count > 0).then(|| ops.packed_lanes(p * NR)).flatten() else {
+            return none;
+        };
+        let bytes = core::mem::size_of_val(first);
+        let start = first.as_ptr().cast::<u8>();
+        let consecutive = (1..count).all(|t| {
+            ops.packed_lanes((p + t) * NR)
+                .is_some_and(|m| m.as_ptr().cast::<u8>() == start.wrapping_add(t * bytes))
+        });
+        if !consecutive {
+            return none;
+        }
+        Prefetch {
+            at: start,
+            lines: (count * bytes).div_ceil(64),
+            given: 0,
+        }
+    }
+
+    /// The next `n` lines not yet asked for.
+    fn next(&mut self, n: usize) -> Ahead {
+        let lines = n.min(self.lines - self.given);
+        let at = self.at.wrapping_add(self.given * 64);
+        self.given += lines;
+        Ahead { at, lines }
+    }
+}
+
 /// An `MR × NR` tile of i32 sums.
 pub type Tile = [[i32; NR]; MR];
 
@@ -221,6 +285,12 @@ pub trait Operands {
     /// quads), if the operand holds them so (a weight the compiler
     /// packed); `None` to pack them with [`Operands::pack_lanes`].
     fn packed_lanes(&self, _j0: usize) -> Option<&[u32]> {
+        None
+    }
+    /// The sums of [`Operands::packed_lanes`]`(j0)`'s lanes as
+    /// [`Operands::pack_lanes`] returns them, if they are known ahead;
+    /// `None` to sum the panel.
+    fn packed_lane_sums(&self, _j0: usize) -> Option<[i32; NR]> {
         None
     }
 }
@@ -433,7 +503,9 @@ fn blocks<'o, O: Operands>(
             let j0 = (p + count) * NR;
             let m = ops.packed_lanes(j0).filter(|m| m.len() == nq * NR);
             sums[count] = match m {
-                Some(m) => lane_sums(isa, O::LANES_UNSIGNED, m),
+                Some(m) => ops
+                    .packed_lane_sums(j0)
+                    .unwrap_or_else(|| lane_sums(isa, O::LANES_UNSIGNED, m)),
                 None if used < nb => {
                     slot[count] = used;
                     used += 1;
@@ -444,6 +516,8 @@ fn blocks<'o, O: Operands>(
             mapped[count] = m;
             count += 1;
         }
+        let after = (p + count).min(panels.end);
+        let mut ahead = Prefetch::of(ops, after, most.min(panels.end - after));
         // Whether the block's last panel is the product's, of a few
         // lanes, packed and taken as columns: rows read in place then
         // leave it to [`narrow`].
@@ -513,6 +587,7 @@ fn blocks<'o, O: Operands>(
                         let wide = narrow_of(&r0).unwrap_or(count);
                         let mut b = 0;
                         while b < wide {
+                            let ah = ahead.next(nq);
                             let n = alike_panels(&mapped[b..wide]);
                             let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                             let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
@@ -522,29 +597,35 @@ fn blocks<'o, O: Operands>(
                             };
                             match (&strided, &r0.direct, &r1.direct, n) {
                                 (Some(s), _, _, 3) => {
-                                    fused_group::<3, 8, _>(lu, at, s, nq, lanes, to)
+                                    fused_group::<3, 8, _>(lu, at, s, nq, lanes, to, ah)
                                 }
                                 (Some(s), _, _, 2) => {
-                                    fused_group::<2, 8, _>(lu, at, s, nq, lanes, to)
+                                    fused_group::<2, 8, _>(lu, at, s, nq, lanes, to, ah)
                                 }
                                 (Some(s), _, _, _) => {
-                                    fused_group::<1, 8, _>(lu, at, s, nq, lanes, to)
+                                    fused_group::<1, 8, _>(lu, at, s, nq, lanes, to, ah)
                                 }
                                 (_, Some(d0), Some(d1), 3) => {
-                                    fused_group::<3, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                    fused_group::<3, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to, ah)
                                 }
                                 (_, Some(d0), Some(d1), 2) => {
-                                    fused_group::<2, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                    fused_group::<2, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to, ah)
                                 }
                                 (_, Some(d0), Some(d1), _) => {
-                                    fused_group::<1, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to)
+                                    fused_group::<1, 8, _>(lu, at, &Two(d0, d1), nq, lanes, to, ah)
                                 }
                                 (_, _, _, n) => {
                                     let two = Two(&Packed(r0.buf), &Packed(r1.buf));
                                     match n {
-                                        3 => fused_group::<3, 8, _>(lu, at, &two, nq, lanes, to),
-                                        2 => fused_group::<2, 8, _>(lu, at, &two, nq, lanes, to),
-                                        _ => fused_group::<1, 8, _>(lu, at, &two, nq, lanes, to),
+                                        3 => {
+                                            fused_group::<3, 8, _>(lu, at, &two, nq, lanes, to, ah)
+                                        }
+                                        2 => {
+                                            fused_group::<2, 8, _>(lu, at, &two, nq, lanes, to, ah)
+                                        }
+                                        _ => {
+                                            fused_group::<1, 8, _>(lu, at, &two, nq, lanes, to, ah)
+                                        }
                                     }
                                 }
                             }
@@ -583,12 +664,13 @@ fn blocks<'o, O: Operands>(
                             let rows = Two(d0, d1);
                             let mut b = 0;
                             while b < count {
+                                let ah = ahead.next(nq);
                                 let n = alike_panels(&mapped[b..count]);
                                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
                                 let tiles: &[[Tile; 2]] = match n {
-                                    3 => &group2::<3, _>(lu, at, &rows, nq),
-                                    2 => &group2::<2, _>(lu, at, &rows, nq),
-                                    _ => &group2::<1, _>(lu, at, &rows, nq),
+                                    3 => &group2::<3, _>(lu, at, &rows, nq, ah),
+                                    2 => &group2::<2, _>(lu, at, &rows, nq, ah),
+                                    _ => &group2::<1, _>(lu, at, &rows, nq, ah),
                                 };
                                 for (t, pair) in tiles.iter().enumerate() {
                                     for ((raw, i), row_sums) in
@@ -618,6 +700,7 @@ fn blocks<'o, O: Operands>(
             while b < wide {
                 let n = alike_panels(&mapped[b..wide]);
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
+                let ah = ahead.next(nq);
                 // Each tile handed on where it was computed: gathering them
                 // into one array first copied 768 bytes per group.
                 if let Some(to) = fused {
@@ -628,23 +711,23 @@ fn blocks<'o, O: Operands>(
                         (Some(_), n) if strided.is_some() => {
                             if let Some(s) = &strided {
                                 match n {
-                                    3 => fused_group::<3, MR, _>(lu, at, s, nq, lanes, to),
-                                    2 => fused_group::<2, MR, _>(lu, at, s, nq, lanes, to),
-                                    _ => fused_group::<1, MR, _>(lu, at, s, nq, lanes, to),
+                                    3 => fused_group::<3, MR, _>(lu, at, s, nq, lanes, to, ah),
+                                    2 => fused_group::<2, MR, _>(lu, at, s, nq, lanes, to, ah),
+                                    _ => fused_group::<1, MR, _>(lu, at, s, nq, lanes, to, ah),
                                 }
                             }
                         }
-                        (Some(d), 3) => fused_group::<3, MR, _>(lu, at, d, nq, lanes, to),
-                        (Some(d), 2) => fused_group::<2, MR, _>(lu, at, d, nq, lanes, to),
-                        (Some(d), _) => fused_group::<1, MR, _>(lu, at, d, nq, lanes, to),
+                        (Some(d), 3) => fused_group::<3, MR, _>(lu, at, d, nq, lanes, to, ah),
+                        (Some(d), 2) => fused_group::<2, MR, _>(lu, at, d, nq, lanes, to, ah),
+                        (Some(d), _) => fused_group::<1, MR, _>(lu, at, d, nq, lanes, to, ah),
                         (None, 3) => {
-                            fused_group::<3, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
+                            fused_group::<3, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to, ah)
                         }
                         (None, 2) => {
-                            fused_group::<2, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
+                            fused_group::<2, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to, ah)
                         }
                         (None, _) => {
-                            fused_group::<1, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to)
+                            fused_group::<1, MR, _>(lu, at, &Packed(r0.buf), nq, lanes, to, ah)
                         }
                     }
                     b += n;
@@ -737,6 +820,7 @@ fn group2<'s, const N: usize, R: RowQuads>(
     at: impl Fn(usize) -> (Option<&'s [u32]>, &'s [Cell<u32>]),
     rows: &R,
     nq: usize,
+    ahead: Ahead,
 ) -> [[Tile; 2]; N] {
     #[cfg(target_arch = "x86_64")]
     {
@@ -747,22 +831,22 @@ fn group2<'s, const N: usize, R: RowQuads>(
         if panels.iter().all(|(m, _)| m.is_some()) {
             let mapped = panels.map(|(m, _)| PanelQuads::first(m.unwrap_or(&[]), nq * NR));
             if lanes_unsigned {
-                unsafe { x86::tiles2_vnni::<true, N, _, R>(mapped, rows, nq) }
+                unsafe { x86::tiles2_vnni::<true, N, _, R>(mapped, rows, nq, ahead) }
             } else {
-                unsafe { x86::tiles2_vnni::<false, N, _, R>(mapped, rows, nq) }
+                unsafe { x86::tiles2_vnni::<false, N, _, R>(mapped, rows, nq, ahead) }
             }
         } else {
             let scratch = panels.map(|(_, s)| PanelQuads::first(s, nq * NR));
             if lanes_unsigned {
-                unsafe { x86::tiles2_vnni::<true, N, _, R>(scratch, rows, nq) }
+                unsafe { x86::tiles2_vnni::<true, N, _, R>(scratch, rows, nq, ahead) }
             } else {
-                unsafe { x86::tiles2_vnni::<false, N, _, R>(scratch, rows, nq) }
+                unsafe { x86::tiles2_vnni::<false, N, _, R>(scratch, rows, nq, ahead) }
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (lanes_unsigned, at, rows, nq);
+        let _ = (lanes_unsigned, at, rows, nq, ahead);
         unreachable!("paired groups without VNNI");
     }
 }
@@ -777,6 +861,7 @@ fn fused_group<'s, const N: usize, const M: usize, R: RowQuads>(
     nq: usize,
     lanes: impl Fn(usize) -> fused::Lanes<'s>,
     to: &[Rows<'_>],
+    ahead: Ahead,
 ) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -788,22 +873,28 @@ fn fused_group<'s, const N: usize, const M: usize, R: RowQuads>(
         if panels.iter().all(|(m, _)| m.is_some()) {
             let mapped = panels.map(|(m, _)| m.unwrap_or(&[]));
             if lanes_unsigned {
-                unsafe { fused::tiles_vnni::<true, N, M, _, R>(mapped, rows, nq, lanes, to) }
+                unsafe { fused::tiles_vnni::<true, N, M, _, R>(mapped, rows, nq, lanes, to, ahead) }
             } else {
-                unsafe { fused::tiles_vnni::<false, N, M, _, R>(mapped, rows, nq, lanes, to) }
+                unsafe {
+                    fused::tiles_vnni::<false, N, M, _, R>(mapped, rows, nq, lanes, to, ahead)
+                }
             }
         } else {
             let scratch = panels.map(|(_, s)| s);
             if lanes_unsigned {
-                unsafe { fused::tiles_vnni::<true, N, M, _, R>(scratch, rows, nq, lanes, to) }
+                unsafe {
+                    fused::tiles_vnni::<true, N, M, _, R>(scratch, rows, nq, lanes, to, ahead)
+                }
             } else {
-                unsafe { fused::tiles_vnni::<false, N, M, _, R>(scratch, rows, nq, lanes, to) }
+                unsafe {
+                    fused::tiles_vnni::<false, N, M, _, R>(scratch, rows, nq, lanes, to, ahead)
+                }
             }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (lanes_unsigned, at, rows, nq, lanes, to);
+        let _ = (lanes_unsigned, at, rows, nq, lanes, to, ah);
         debug_assert!(false, "fused tiles without VNNI");
     }
 }

@@ -96,12 +96,13 @@ pub(super) fn tiles_vnni<
     nq: usize,
     lanes: [Lanes<'_>; N],
     to: &[Rows<'_>],
+    ahead: super::Ahead,
 ) {
     use crate::kernels::qlinear::epilogue::x86::Consts;
     use core::arch::x86_64::*;
     debug_assert_eq!(to.len() * MR, M, "rows of the tile and groups disagree");
     let panels = panels.map(|p| p.first(nq * NR));
-    let acc = super::x86::sums_vnni::<LANES_UNSIGNED, N, M, P, R>(panels, rows, nq);
+    let acc = super::x86::sums_vnni::<LANES_UNSIGNED, N, M, P, R>(panels, rows, nq, ahead);
     for (g, to) in to.iter().enumerate() {
         for (r, (o, line)) in to.lines.iter().enumerate().take(to.count) {
             let k = Consts::of(line);

@@ -1,7 +1,7 @@
 //! The x86 kernels of [`super`]: VNNI and AVX2 tiles, their packers
 //! and the byte sums of rows read in place.
 
-use super::{Operands, PanelQuads, RowQuads, Tile, MR, NR};
+use super::{Ahead, Operands, PanelQuads, RowQuads, Tile, MR, NR};
 use core::arch::x86_64::*;
 use core::cell::Cell;
 
@@ -68,7 +68,7 @@ pub(super) fn tiles_vnni<const LANES_UNSIGNED: bool, const N: usize, P: PanelQua
     rows: &R,
     nq: usize,
 ) -> [Tile; N] {
-    let acc = sums_vnni::<LANES_UNSIGNED, N, MR, P, R>(panels, rows, nq);
+    let acc = sums_vnni::<LANES_UNSIGNED, N, MR, P, R>(panels, rows, nq, Ahead::NONE);
     let mut out = [[[0i32; NR]; MR]; N];
     for (o, a) in out.iter_mut().zip(acc) {
         for (o, a) in o.iter_mut().zip(a) {
@@ -96,8 +96,9 @@ pub(super) fn tiles2_vnni<
     panels: [P; N],
     rows: &R,
     nq: usize,
+    ahead: Ahead,
 ) -> [[Tile; 2]; N] {
-    let acc = sums_vnni::<LANES_UNSIGNED, N, { 2 * MR }, P, R>(panels, rows, nq);
+    let acc = sums_vnni::<LANES_UNSIGNED, N, { 2 * MR }, P, R>(panels, rows, nq, ahead);
     let mut out = [[[[0i32; NR]; MR]; 2]; N];
     for (o, a) in out.iter_mut().zip(acc) {
         for (r, a) in a.iter().enumerate() {
@@ -114,8 +115,8 @@ pub(super) fn tiles2_vnni<
 
 /// [`tiles_vnni`]'s sums, left in registers (for it, and for
 /// [`super::fused`], which requantises them there), of `M` rows
-/// (`rows.quad(q, r)` for `r < M`: [`MR`], or two groups of it). Same
-/// contract.
+/// (`rows.quad(q, r)` for `r < M`: [`MR`], or two groups of it), asking
+/// for the lines `ahead` one per quad step. Same contract.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
 pub(super) fn sums_vnni<
@@ -128,6 +129,7 @@ pub(super) fn sums_vnni<
     panels: [P; N],
     rows: &R,
     nq: usize,
+    ahead: Ahead,
 ) -> [[__m512i; M]; N] {
     let mut acc = [[_mm512_setzero_si512(); M]; N];
     // Bounds checked once here: per quad, checks and clamps were a third
@@ -141,6 +143,10 @@ pub(super) fn sums_vnni<
     }
     let at = panels.map(|p| p.ptr());
     for q in 0..nq {
+        if q < ahead.lines {
+            // A hint: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T1>(ahead.at.wrapping_add(q * 64).cast());
+        }
         // SAFETY: `q < nq`, so NR = 16 quads from `q·NR` lie in each
         // panel (checked above), the 64 bytes one unaligned load reads;
         // scratch is only written by this thread and a mapped weight
