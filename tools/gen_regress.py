@@ -1022,6 +1022,22 @@ def conv_packed_without_scratch():
     return model, {"x": rng.standard_normal([1, 26, 20]).astype(np.float32)}, []
 
 
+def int8_product_without_scratch():
+    """A lone MatMulInteger, u8 [1, 8, 768] by an i8 [768, 32] weight: its
+    step is the arena's peak, so no scratch fits under the bound. The
+    compiler packed the weight only where the product's stack buffer held
+    one panel and the rows (8 KiB: depths up to 408), so this one ran the
+    plain loops, 500 times slower than packed."""
+    rng = np.random.default_rng(71)
+    nodes = [helper.make_node("MatMulInteger", ["a", "w", "a0", "w0"], ["y"])]
+    inits = [numpy_helper.from_array(rng.integers(-128, 128, [768, 32]).astype(np.int8), "w"),
+             numpy_helper.from_array(np.array(131, dtype=np.uint8), "a0"),
+             numpy_helper.from_array(np.array(0, dtype=np.int8), "w0")]
+    model = model_of(nodes, [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, 8, 768])],
+                     [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 8, 32])], inits)
+    return model, {"a": rng.integers(0, 256, [1, 8, 768]).astype(np.uint8)}, []
+
+
 BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, symbolic_value_info,
          stale_value_info, lstm_forward, lstm_reverse, lstm_bidirectional, gru_forward,
          gru_reverse, rnn_bidirectional, if_on_a_set_input,
@@ -1036,7 +1052,7 @@ BUILT = [dense_head_0321, dense_head_0231, input_through_identity_transpose, sym
          float16_elementwise, float16_conv_softmax, mod_smaller_first_operand,
          pools_valid_ceil_mode, qoperator_elementwise, qoperator_pooling, qoperator_gemm,
          qdq_cnn, qdq_mlp, dynamic_mlp, qdq_activations, qdq_movement, qdq_swish, qlinear_rounding, layernorm_constant_rows,
-         logsumexp_extreme_values, conv_packed_without_scratch]
+         logsumexp_extreme_values, conv_packed_without_scratch, int8_product_without_scratch]
 
 # Cases of the onnx package's node suite, with its expected outputs.
 NODE_CASES = [

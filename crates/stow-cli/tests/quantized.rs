@@ -226,3 +226,22 @@ fn paddings_and_pools_between_equal_parameters_stay_int8() {
     assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
     assert!(ops.contains(&"MaxPool") && ops.contains(&"Pad"), "{ops:?}");
 }
+
+/// An int8 product at the arena's peak, where no scratch fits under the
+/// bound, still has its weight packed (it packs on the stack) rather than
+/// running the plain loops; `regress.rs` checks its sums against
+/// onnxruntime's.
+#[test]
+fn int8_product_at_the_peak_is_packed_without_scratch() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = testdata("regress/int8_product_without_scratch/model.onnx");
+    let json = compile_and_inspect(&model, &dir.path().join("p.stow"), &[]);
+    let packed: Vec<_> = json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["packed_depth_block"].as_i64())
+        .collect();
+    assert_eq!(packed, [768], "{json}");
+    assert_eq!(json["ops"][0]["outputs"].as_array().unwrap().len(), 1);
+}

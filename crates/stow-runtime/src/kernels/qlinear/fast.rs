@@ -19,6 +19,24 @@ use alloc::vec::Vec;
 use core::cell::Cell;
 use core::ops::Range;
 
+/// `$planned` (scratch quads) if it holds one panel of depth `$k`, else
+/// a stack buffer made (and zeroed) in the caller's frame in `$on_stack`
+/// only then; returns `false` from the caller if neither holds one.
+macro_rules! scratch_or_stack {
+    ($k:expr, $planned:expr, $on_stack:ident) => {{
+        let planned = $planned;
+        if igemm::panels_per_block($k, planned.len()) > 0 {
+            planned
+        } else {
+            $on_stack = stack();
+            if igemm::panels_per_block($k, $on_stack.len()) == 0 {
+                return false;
+            }
+            &$on_stack[..]
+        }
+    }};
+}
+
 mod conv;
 
 /// How the stored bytes of a and b become the kernel's u8 and i8 (module
@@ -210,9 +228,11 @@ impl<'o, F: FnMut(usize, i32) -> (usize, Line), G: FnMut(Done<'_>)> Epilogue<'o>
 }
 
 /// Quads of the stack buffer a product packs into when the compiler
-/// planned less scratch than one panel (the arena had no more room at
-/// that step): 8 KiB, depths up to 1,636.
-const STACK_QUADS: usize = 2048;
+/// planned less scratch than one panel and the rows (the arena had no
+/// more room at that step): 16 KiB, depths up to 816 (one panel and one
+/// group of rows take 20 quads per quad of depth). With 8 KiB, a product
+/// 768 deep at an arena's peak ran the reference loops: 2 ms became 1 s.
+const STACK_QUADS: usize = 4096;
 
 fn stack() -> [Cell<u32>; STACK_QUADS] {
     core::array::from_fn(|_| Cell::new(0))
@@ -222,18 +242,6 @@ fn stack() -> [Cell<u32>; STACK_QUADS] {
 /// scratch per thread, or on the stack.
 pub(super) fn runs_in(k: usize, floats: usize) -> bool {
     igemm::panels_per_block(k, floats) > 0 || igemm::panels_per_block(k, STACK_QUADS) > 0
-}
-
-/// The planned scratch if it holds one panel of depth `k`, else the stack
-/// buffer if that does, else `None`.
-fn enough<'s>(
-    k: usize,
-    planned: &'s [Cell<u32>],
-    on_stack: &'s [Cell<u32>],
-) -> Option<&'s [Cell<u32>]> {
-    [planned, on_stack]
-        .into_iter()
-        .find(|s| igemm::panels_per_block(k, s.len()) > 0)
 }
 
 /// Packs `k` bytes of `src` from `base` with stride `stride`, XORed with
@@ -792,10 +800,8 @@ impl QProduct {
         let Some(plan) = &self.packed else {
             return false;
         };
-        let on_stack = stack();
-        let Some(scratch) = enough(plan.k, igemm::quads(scratch), &on_stack) else {
-            return false;
-        };
+        let on_stack;
+        let scratch = scratch_or_stack!(plan.k, igemm::quads(scratch), on_stack);
         let a0 = dom.a0(q.a0);
         let n = plan.lanes.len();
         let panels = share(n.div_ceil(NR), part, parts);

@@ -5,7 +5,7 @@
 use super::super::igemm::lines::{self, LaneSums, V16};
 use super::super::igemm::{self, Done, Isa, Operands, MR, NR};
 use super::super::{Out, QConv, Requant};
-use super::{enough, folded, pack_row, put_quads, share, stack, Domains, RowLines, Sink};
+use super::{folded, pack_row, put_quads, share, stack, Domains, RowLines, Sink};
 use crate::kernels::cells::{Load, Src};
 use crate::kernels::linalg::ConvShape;
 use core::cell::Cell;
@@ -566,10 +566,8 @@ impl QConv {
         parts: usize,
     ) -> bool {
         let s = &self.shape;
-        let on_stack = stack();
-        let Some(scratch) = enough(s.k(), igemm::quads(scratch), &on_stack) else {
-            return false;
-        };
+        let on_stack;
+        let scratch = scratch_or_stack!(s.k(), igemm::quads(scratch), on_stack);
         let a0 = dom.a0(q.a0);
         let Ok(pad) = u8::try_from(a0) else {
             return false;
