@@ -236,12 +236,7 @@ fn int8_product_at_the_peak_is_packed_without_scratch() {
     let dir = tempfile::tempdir().unwrap();
     let model = testdata("regress/int8_product_without_scratch/model.onnx");
     let json = compile_and_inspect(&model, &dir.path().join("p.stow"), &[]);
-    let packed: Vec<_> = json["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["packed_depth_block"].as_i64())
-        .collect();
+    let packed = packed_depth_blocks(&json);
     assert_eq!(packed, [768], "{json}");
     assert_eq!(json["ops"][0]["outputs"].as_array().unwrap().len(), 1);
 }

@@ -46,12 +46,7 @@ fn packed_weight_of_a_step_without_scratch_verifies() {
     let out = dir.path().join("v.stow");
     let json = compile_and_inspect(&model, &out, &[]);
     // One Conv, its weight packed 64 deep (not 130), and no scratch output.
-    let packed: Vec<_> = json["tensors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["packed_depth_block"].as_i64())
-        .collect();
+    let packed = packed_depth_blocks(&json);
     assert_eq!(packed, [64], "{json}");
     assert_eq!(json["ops"][0]["outputs"].as_array().unwrap().len(), 1);
     let o = verify(&model, &out);

@@ -94,3 +94,14 @@ pub fn rewrite(path: &Path, edit: impl FnOnce(&mut stow_bundle::Contents)) {
     let refs: Vec<&[u8]> = weights.iter().map(|w| w.as_slice()).collect();
     std::fs::write(path, stow_bundle::to_bytes(&contents, &refs).unwrap()).unwrap();
 }
+
+/// The depth blocks of the packed weights of `stow inspect --json`'s
+/// output, in tensor order.
+pub fn packed_depth_blocks(json: &serde_json::Value) -> Vec<i64> {
+    json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["packed_depth_block"].as_i64())
+        .collect()
+}

@@ -111,11 +111,11 @@ impl Ahead {
     };
 }
 
-/// The next block's mapped panels, handed out to passes [`Ahead`] by
-/// [`Ahead`], each as many lines as it has quad steps.
+/// The next block's mapped panels (`all`), handed out to the passes over
+/// the current block as [`Ahead`]s of as many lines as each has quad
+/// steps.
 struct Prefetch {
-    at: *const u8,
-    lines: usize,
+    all: Ahead,
     given: usize,
 }
 
@@ -123,34 +123,28 @@ impl Prefetch {
     /// The panels `p..p + count` of `ops` where all are mapped and
     /// consecutive in the mapping; else nothing.
     fn of<O: Operands>(ops: &O, p: usize, count: usize) -> Prefetch {
-        let none = Prefetch {
-            at: core::ptr::null(),
-            lines: 0,
-            given: 0,
-        };
-        let Some(first) = (count > 0).then(|| ops.packed_lanes(p * NR)).flatten() else {
-            return none;
-        };
-        let bytes = core::mem::size_of_val(first);
-        let start = first.as_ptr().cast::<u8>();
-        let consecutive = (1..count).all(|t| {
-            ops.packed_lanes((p + t) * NR)
-                .is_some_and(|m| m.as_ptr().cast::<u8>() == start.wrapping_add(t * bytes))
-        });
-        if !consecutive {
-            return none;
+        let mut all = Ahead::NONE;
+        if let Some(first) = (count > 0).then(|| ops.packed_lanes(p * NR)).flatten() {
+            let bytes = core::mem::size_of_val(first);
+            let start = first.as_ptr().cast::<u8>();
+            let consecutive = (1..count).all(|t| {
+                ops.packed_lanes((p + t) * NR)
+                    .is_some_and(|m| m.as_ptr().cast::<u8>() == start.wrapping_add(t * bytes))
+            });
+            if consecutive {
+                all = Ahead {
+                    at: start,
+                    lines: (count * bytes).div_ceil(64),
+                };
+            }
         }
-        Prefetch {
-            at: start,
-            lines: (count * bytes).div_ceil(64),
-            given: 0,
-        }
+        Prefetch { all, given: 0 }
     }
 
     /// The next `n` lines not yet asked for.
     fn next(&mut self, n: usize) -> Ahead {
-        let lines = n.min(self.lines - self.given);
-        let at = self.at.wrapping_add(self.given * 64);
+        let lines = n.min(self.all.lines - self.given);
+        let at = self.all.at.wrapping_add(self.given * 64);
         self.given += lines;
         Ahead { at, lines }
     }
@@ -516,8 +510,14 @@ fn blocks<'o, O: Operands>(
             mapped[count] = m;
             count += 1;
         }
+        // Only the VNNI passes ask for lines.
         let after = (p + count).min(panels.end);
-        let mut ahead = Prefetch::of(ops, after, most.min(panels.end - after));
+        let ahead_count = if isa == Isa::Vnni {
+            most.min(panels.end - after)
+        } else {
+            0
+        };
+        let mut ahead = Prefetch::of(ops, after, ahead_count);
         // Whether the block's last panel is the product's, of a few
         // lanes, packed and taken as columns: rows read in place then
         // leave it to [`narrow`].
@@ -700,10 +700,10 @@ fn blocks<'o, O: Operands>(
             while b < wide {
                 let n = alike_panels(&mapped[b..wide]);
                 let at = |t: usize| (mapped[b + t], scratch_panel(slot[b + t]));
-                let ah = ahead.next(nq);
                 // Each tile handed on where it was computed: gathering them
                 // into one array first copied 768 bytes per group.
                 if let Some(to) = fused {
+                    let ah = ahead.next(nq);
                     let lanes = |t: usize| lanes_of(ops, (p + b + t) * NR, &sums[b + t]);
                     let to = core::slice::from_ref(to);
                     let strided = r0.direct.as_ref().and_then(|d| Strided::<MR>::of(&[d]));
