@@ -44,7 +44,7 @@ mod split_tests;
 #[cfg(test)]
 mod testing;
 
-pub(crate) use fuse::{fuse_activations, fuse_clamps};
+pub(crate) use fuse::{fuse_activations, fuse_clamps, fuse_dequantized};
 pub use prepare::{
     marked_panels, operand, packable, packed_attr, planned_scratch_threads, prepare,
     scratch_floats, IN_PLACE_ATTR, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,

@@ -136,12 +136,15 @@ pub struct QProduct {
     /// The packed path's row sums where its rows are an i8 weight of the
     /// mapping read in place (a 1×1 convolution's kernel), taken at setup
     /// as [`QConv`]'s.
-    row_sums: Option<Vec<i32>>,
+    row_sums: Option<Box<[i32]>>,
     /// Each lane's sum of the packed weight's bytes as i8, where b is one
     /// (constant, so taken at setup: summing each panel again at every
     /// run was the first read of every weight byte, and a third of
     /// bert_base's int8 run waited on it).
-    lane_sums: Option<Vec<i32>>,
+    lane_sums: Option<Box<[i32]>>,
+    /// The f32 output of steps merged into the product at setup (boxed:
+    /// most products have none).
+    dequantized: Option<Box<Dequantized>>,
 }
 
 /// A quantized convolution: tract's `Conv` with `q_params`.
@@ -303,11 +306,13 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, u
         }
     };
     let row_sums = match (&ins[B].loc, &packed) {
-        (Loc::Weight(b), Some(plan)) if ins[B].dtype == DType::I8 => plan.weight_row_sums(b),
+        (Loc::Weight(b), Some(plan)) if ins[B].dtype == DType::I8 => {
+            plan.weight_row_sums(b).map(Vec::into_boxed_slice)
+        }
         _ => None,
     };
     let lane_sums = match (&ins[B].loc, &weight) {
-        (Loc::Weight(b), Some(w)) => fast::packed_lane_sums(w, b),
+        (Loc::Weight(b), Some(w)) => fast::packed_lane_sums(w, b).map(Vec::into_boxed_slice),
         _ => None,
     };
     let kernel = QProduct {
@@ -317,6 +322,7 @@ fn product(op: &Op, ins: &[Operand<'_>], out: &Operand<'_>) -> Result<(Kernel, u
         weight,
         row_sums,
         lane_sums,
+        dequantized: None,
     };
     Ok((Kernel::QProduct(kernel), scratch))
 }
@@ -535,6 +541,84 @@ enum Out<'a> {
     U8(&'a [Cell<u8>]),
     I8(&'a [Cell<i8>]),
     I32(&'a [Cell<i32>]),
+    /// The i32 output converted to f32 and scaled, by the steps setup
+    /// merged into the product ([`Dequantized`]).
+    F32(Floats<'a>),
+}
+
+/// Where a product merged with the steps after it at setup
+/// (`fuse::fuse_dequantized`) finds what they read: its i32 output `y`
+/// becomes `f32(y)·scale`, then `+ bias[column]` where there was an
+/// `Add`, the steps' own f32 operations in their order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dequantized {
+    /// The scale's factors among the step's inputs: one value, or two
+    /// multiplied in this order (a scale computed after the product by a
+    /// step of its own, from values that exist before it).
+    pub scale: (usize, Option<usize>),
+    /// The bias among the step's inputs (an f32 weight, one value per
+    /// element of the output's last axis), and whether the `Add` had it
+    /// as its first operand.
+    pub bias: Option<(usize, bool)>,
+}
+
+/// An f32 output of a [`Dequantized`] product.
+#[derive(Clone, Copy)]
+pub(super) struct Floats<'a> {
+    cells: &'a [Cell<f32>],
+    scale: f32,
+    bias: Option<&'a [f32]>,
+    bias_first: bool,
+}
+
+impl<'a> Floats<'a> {
+    fn of(
+        v: &Views<'a>,
+        ins: &[Operand<'a>],
+        d: Dequantized,
+        o: &Operand<'_>,
+    ) -> Result<Self, Failure> {
+        let factor = |i: usize| -> Result<f32, Failure> {
+            let x = ins.get(i).ok_or(Failure::View(o.id))?;
+            Ok(v.src::<f32>(x)?.at(0))
+        };
+        let scale = match d.scale {
+            (a, None) => factor(a)?,
+            (a, Some(b)) => factor(a)? * factor(b)?,
+        };
+        let bias = match d.bias {
+            None => None,
+            Some((i, _)) => match v.src::<f32>(ins.get(i).ok_or(Failure::View(o.id))?)? {
+                Src::Weight(w) if !w.is_empty() => Some(w),
+                _ => return Err(Failure::View(ins[i].id)),
+            },
+        };
+        Ok(Floats {
+            cells: v.dst(o)?,
+            scale,
+            bias,
+            bias_first: d.bias.is_some_and(|(_, first)| first),
+        })
+    }
+
+    /// Outputs `o..o + n` as one row, when their biases are consecutive
+    /// (the row does not wrap past the last axis).
+    #[inline]
+    fn row(&self, o: usize, n: usize) -> Option<epilogue::FloatRow<'a>> {
+        let bias = match self.bias {
+            None => None,
+            Some(b) => {
+                let c = o % b.len();
+                Some(b.get(c..c + n)?)
+            }
+        };
+        Some(epilogue::FloatRow {
+            cells: self.cells.get(o..o + n)?,
+            scale: self.scale,
+            bias,
+            bias_first: self.bias_first,
+        })
+    }
 }
 
 impl<'a> Out<'a> {
@@ -552,6 +636,7 @@ impl<'a> Out<'a> {
             Out::U8(c) => c.len(),
             Out::I8(c) => c.len(),
             Out::I32(c) => c.len(),
+            Out::F32(f) => f.cells.len(),
         }
     }
 
@@ -560,7 +645,7 @@ impl<'a> Out<'a> {
         match self {
             Out::U8(_) => (0, 255),
             Out::I8(_) => (-128, 127),
-            Out::I32(_) => (i32::MIN, i32::MAX),
+            Out::I32(_) | Out::F32(_) => (i32::MIN, i32::MAX),
         }
     }
 
@@ -571,6 +656,11 @@ impl<'a> Out<'a> {
             Out::U8(c) => c[o].set(y as u8),
             Out::I8(c) => c[o].set(y as i8),
             Out::I32(c) => c[o].set(y),
+            Out::F32(f) => {
+                if let Some(r) = f.row(o, 1) {
+                    r.cells[0].set(r.value(0, y));
+                }
+            }
         }
     }
 }
@@ -724,6 +814,17 @@ impl QProduct {
         self.weight.as_deref().copied()
     }
 
+    /// True when the product gives an i32 output of its own.
+    pub(super) fn gives_i32(&self) -> bool {
+        self.dequantized.is_none()
+    }
+
+    /// Makes the product write f32 outputs as `d` says (setup's merge;
+    /// the step's output then is the f32 tensor).
+    pub(super) fn dequantize(&mut self, d: Dequantized) {
+        self.dequantized = Some(Box::new(d));
+    }
+
     /// Runs share `part` of `parts` of the product of `ins` into `out`:
     /// packed through `scratch` where it suffices, else the reference
     /// loops on share 0 alone.
@@ -735,7 +836,10 @@ impl QProduct {
         scratch: &[Cell<f32>],
         (part, parts): (usize, usize),
     ) -> Result<(), Failure> {
-        let out = Out::of(v, out)?;
+        let out = match self.dequantized.as_deref() {
+            Some(&d) => Out::F32(Floats::of(v, ins, d, out)?),
+            None => Out::of(v, out)?,
+        };
         let q = Requant::load(v, ins, self.channels, &out)?;
         let (a, b) = (v.src::<u8>(&ins[A])?, v.src::<u8>(&ins[B])?);
         let dom = fast::Domains::new(signed(&ins[A]), signed(&ins[B]));

@@ -87,6 +87,15 @@ pub(super) fn row(
         Out::U8(c) => emit(isa, raw, sums, line, Dst::U8(&c[o..o + n])),
         Out::I8(c) => emit(isa, raw, sums, line, Dst::I8(&c[o..o + n])),
         Out::I32(c) => emit(isa, raw, sums, line, Dst::I32(&c[o..o + n])),
+        Out::F32(f) => match f.row(o, n) {
+            Some(dst) => emit(isa, raw, sums, line, Dst::F32(dst)),
+            None => {
+                for (l, &r) in raw.iter().enumerate() {
+                    let s = sums.map_or(0, |s| s[l]);
+                    out.set(o + l, line.scalar(r, s));
+                }
+            }
+        },
     }
 }
 
@@ -116,6 +125,20 @@ pub(super) fn tile(
             Out::I8(c) if fits(c.len()) => Some((c.as_ptr().cast::<Cell<u8>>(), c.len())),
             _ => None,
         };
+        if let Out::F32(f) = out {
+            let identity = |l: &(usize, Line)| {
+                l.1.scale == 1.0 && l.1.zero == 0 && l.1.range == (i32::MIN, i32::MAX)
+            };
+            if lines.iter().all(identity) {
+                // SAFETY: `Isa::Vnni` is only chosen where the CPU has
+                // AVX-512 F and BW; `FloatRow`s are as long as `lanes`.
+                #[allow(unsafe_code)]
+                unsafe {
+                    x86::tile_floats_avx512(raw, lanes, sums, lines, f)
+                };
+                return;
+            }
+        }
         if let Some((base, len)) = dst.filter(|_| lines.iter().all(vector)) {
             // SAFETY: `Isa::Vnni` is only chosen where the CPU has AVX-512
             // F and BW; every row's `lanes` outputs lie inside `out`
@@ -149,7 +172,7 @@ pub(super) fn bytes<'o>(out: &Out<'o>) -> Option<&'o [Cell<u8>]> {
                 unsafe { core::slice::from_raw_parts(c.as_ptr().cast::<Cell<u8>>(), c.len()) };
             Some(bytes)
         }
-        Out::I32(_) => None,
+        Out::I32(_) | Out::F32(_) => None,
     }
 }
 
@@ -159,6 +182,31 @@ enum Dst<'a> {
     U8(&'a [core::cell::Cell<u8>]),
     I8(&'a [core::cell::Cell<i8>]),
     I32(&'a [core::cell::Cell<i32>]),
+    F32(FloatRow<'a>),
+}
+
+/// A row of an f32 output ([`super::Floats`]): its cells and the bias
+/// of each, as long as the sums.
+#[derive(Clone, Copy)]
+pub(super) struct FloatRow<'a> {
+    pub cells: &'a [Cell<f32>],
+    pub scale: f32,
+    pub bias: Option<&'a [f32]>,
+    pub bias_first: bool,
+}
+
+impl FloatRow<'_> {
+    /// Lane `l`'s output from its i32 value: the merged steps'
+    /// operations in their order, never fused.
+    #[inline]
+    pub(super) fn value(&self, l: usize, y: i32) -> f32 {
+        let x = y as f32 * self.scale;
+        match self.bias {
+            None => x,
+            Some(b) if self.bias_first => b[l] + x,
+            Some(b) => x + b[l],
+        }
+    }
 }
 
 impl Dst<'_> {
@@ -168,6 +216,7 @@ impl Dst<'_> {
             Dst::U8(c) => c[l].set(y as u8),
             Dst::I8(c) => c[l].set(y as i8),
             Dst::I32(c) => c[l].set(y),
+            Dst::F32(f) => f.cells[l].set(f.value(l, y)),
         }
     }
 }
@@ -175,7 +224,7 @@ impl Dst<'_> {
 #[inline]
 fn emit(isa: Isa, raw: &[i32], sums: Option<&[i32]>, line: &Line, dst: Dst<'_>) {
     let (lo, hi) = line.range;
-    let narrow = !matches!(dst, Dst::I32(_));
+    let narrow = matches!(dst, Dst::U8(_) | Dst::I8(_));
     // Narrow outputs: a zero point inside the range keeps `r + zero` in it
     // (no i32 overflow, no saturation needed). Wide ones: a finite scale,
     // the vector conversions having no NaN rule of their own.
@@ -251,6 +300,48 @@ pub(super) mod x86 {
         }
     }
 
+    /// [`super::tile`]'s rows into an f32 output with AVX-512 F/BW, every
+    /// line an identity (an i32 product's: scale 1, zero point 0, every
+    /// i32): each row's sums as [`row_avx512`] gives them, into f32 by
+    /// [`floats_avx512`]; a row whose biases wrap past the last axis
+    /// lane by lane.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn tile_floats_avx512(
+        raw: &[[i32; super::NR]],
+        lanes: usize,
+        sums: Option<&[i32]>,
+        lines: &[(usize, Line)],
+        out: &super::super::Floats<'_>,
+    ) {
+        let mask: __mmask16 = if lanes >= W { !0 } else { (1u16 << lanes) - 1 };
+        // SAFETY: `sums` holds `lanes` values; masked lanes are not read.
+        #[allow(unsafe_code)]
+        let s = sums.map(|s| unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().cast()) });
+        for (r, (o, line)) in lines.iter().enumerate() {
+            // SAFETY: a tile row holds `NR` = 16 sums.
+            #[allow(unsafe_code)]
+            let mut acc = unsafe { _mm512_maskz_loadu_epi32(mask, raw[r].as_ptr().cast()) };
+            if let Some(s) = s {
+                acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(_mm512_set1_epi32(line.m), s));
+            }
+            acc = _mm512_add_epi32(acc, _mm512_set1_epi32(line.c));
+            match out.row(*o, lanes) {
+                Some(f) => floats_avx512(f, 0, mask, acc),
+                None => {
+                    let mut ys = [0i32; W];
+                    // SAFETY: `ys` holds 16 i32.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        _mm512_storeu_epi32(ys.as_mut_ptr(), acc)
+                    };
+                    for (l, &y) in ys[..lanes].iter().enumerate() {
+                        super::super::Out::F32(*out).set(o + l, y);
+                    }
+                }
+            }
+        }
+    }
+
     /// [`super::emit`] for a u8 or i8 output with AVX-512 F/BW: MLAS's
     /// f32 requantisation on sixteen lanes; `line.zero` within
     /// `line.range`, `sums` and `dst` as long as `raw`. The bytes stored
@@ -286,8 +377,8 @@ pub(super) mod x86 {
                     Dst::I8(d) => {
                         _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
                     }
-                    // Not narrow: `emit` sends it to `row_avx512`.
-                    Dst::I32(_) => {}
+                    // Not narrow: `emit` sends them to `row_avx512`.
+                    Dst::I32(_) | Dst::F32(_) => {}
                 }
             }
             l += lanes;
@@ -413,7 +504,7 @@ pub(super) mod x86 {
                     .iter()
                     .zip(&bytes)
                     .for_each(|(d, &b)| d.set(b as i8)),
-                Dst::I32(_) => {}
+                Dst::I32(_) | Dst::F32(_) => {}
             }
             l += lanes;
         }
@@ -439,7 +530,7 @@ pub(super) mod x86 {
         // An i32 output at scale 1 and zero point 0 over the whole i32
         // range (MatMulInteger's, ConvInteger's) is the sum itself: every
         // i32 is exact in f64, so the conversions leave it as it is.
-        let identity = matches!(dst, Dst::I32(_))
+        let identity = matches!(dst, Dst::I32(_) | Dst::F32(_))
             && line.scale == 1.0
             && line.zero == 0
             && line.range == (i32::MIN, i32::MAX);
@@ -460,11 +551,15 @@ pub(super) mod x86 {
             }
             acc = _mm512_add_epi32(acc, c);
             if identity {
-                if let Dst::I32(d) = dst {
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        _mm512_mask_storeu_epi32(d.as_ptr().add(l) as *mut i32, mask, acc)
-                    };
+                match dst {
+                    Dst::I32(d) => {
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            _mm512_mask_storeu_epi32(d.as_ptr().add(l) as *mut i32, mask, acc)
+                        }
+                    }
+                    Dst::F32(f) => floats_avx512(f, l, mask, acc),
+                    _ => {}
                 }
                 l += lanes;
                 continue;
@@ -483,9 +578,37 @@ pub(super) mod x86 {
                         _mm512_mask_cvtepi32_storeu_epi8(d.as_ptr().add(l) as *mut i8, mask, y)
                     }
                     Dst::I32(d) => _mm512_mask_storeu_epi32(d.as_ptr().add(l) as *mut i32, mask, y),
+                    Dst::F32(f) => floats_avx512(f, l, mask, y),
                 }
             }
             l += lanes;
+        }
+    }
+
+    /// Lanes `l..` under `mask` of an f32 row from their i32 values `y`:
+    /// converted (rounding to nearest even, as `as f32`), times the
+    /// scale, plus the bias, each a rounding of its own as in the steps.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn floats_avx512(f: super::FloatRow<'_>, l: usize, mask: __mmask16, y: __m512i) {
+        let x = _mm512_mul_ps(_mm512_cvtepi32_ps(y), _mm512_set1_ps(f.scale));
+        // SAFETY: lanes `l..` under `mask` are inside the row's cells and
+        // bias (as long as the sums, `emit`); masked lanes are not read
+        // nor written.
+        #[allow(unsafe_code)]
+        unsafe {
+            let x = match f.bias {
+                None => x,
+                Some(b) => {
+                    let c = _mm512_maskz_loadu_ps(mask, b.as_ptr().add(l));
+                    if f.bias_first {
+                        _mm512_add_ps(c, x)
+                    } else {
+                        _mm512_add_ps(x, c)
+                    }
+                }
+            };
+            _mm512_mask_storeu_ps(f.cells.as_ptr().add(l) as *mut f32, mask, x)
         }
     }
 
@@ -556,10 +679,10 @@ pub(super) mod x86 {
                             .iter()
                             .zip(&bytes)
                             .for_each(|(d, &b)| d.set(b as i8)),
-                        Dst::I32(_) => {}
+                        Dst::I32(_) | Dst::F32(_) => {}
                     }
                 }
-                Dst::I32(d) => {
+                Dst::I32(_) | Dst::F32(_) => {
                     let mut ys = [0i32; W];
                     for (t, v) in q.iter().enumerate() {
                         // SAFETY: `ys` holds 16 i32; 4 from 4·t are written.
@@ -568,7 +691,9 @@ pub(super) mod x86 {
                             _mm_storeu_si128(ys.as_mut_ptr().add(4 * t).cast(), *v)
                         };
                     }
-                    d[l..l + lanes].iter().zip(&ys).for_each(|(d, &y)| d.set(y));
+                    for (i, &y) in ys[..lanes].iter().enumerate() {
+                        dst.set(l + i, y);
+                    }
                 }
             }
             l += lanes;
@@ -621,6 +746,7 @@ mod tests {
         // Rows of MatMulInteger's line (scale 1, zero 0, every i32), which
         // AVX-512 stores unconverted.
         let mut identities = 0;
+        let mut floats_checked = 0;
         for case in 0..4000 {
             let n = case % 41;
             let scale = if case % 9 == 1 {
@@ -689,10 +815,46 @@ mod tests {
                 };
                 assert_eq!(got, want, "{isa:?} case {case} {line:?}");
                 checked += n;
+                if range != (i32::MIN, i32::MAX) {
+                    continue;
+                }
+                // The same row into f32 (a product merged with the steps
+                // that dequantize its output): each lane `f32(y)·scale`,
+                // plus its bias in the `Add`'s operand order.
+                let f_scale = f32::from_bits(next(&mut s) as u32 & 0x3fff_ffff);
+                let bias: Vec<f32> = (0..n + 3)
+                    .map(|_| (next(&mut s) % 999) as f32 * 0.37 - 99.0)
+                    .collect();
+                let floats: Vec<Cell<f32>> = (0..n + 3).map(|_| Cell::new(-7.5)).collect();
+                let bias_first = case % 3 == 0;
+                let f = super::super::Floats {
+                    cells: &floats,
+                    scale: f_scale,
+                    bias: (case % 5 != 0).then_some(&bias[..]),
+                    bias_first,
+                };
+                row(isa, &raw, sums, &line, &Out::F32(f), 2);
+                assert_eq!(floats[1].get(), -7.5);
+                assert_eq!(floats[n + 2].get(), -7.5);
+                for l in 0..n {
+                    let x = want[l] as f32 * f_scale;
+                    let y = match f.bias {
+                        None => x,
+                        Some(b) if bias_first => b[l + 2] + x,
+                        Some(b) => x + b[l + 2],
+                    };
+                    assert_eq!(
+                        floats[l + 2].get().to_bits(),
+                        y.to_bits(),
+                        "{isa:?} case {case} lane {l}"
+                    );
+                }
+                floats_checked += n;
             }
         }
         assert!(checked > 50_000);
         assert!(identities > 500, "{identities} identity lanes");
+        assert!(floats_checked > 10_000, "{floats_checked} f32 lanes");
     }
 
     /// A tile's rows in one call give each row's outputs as the scalar
