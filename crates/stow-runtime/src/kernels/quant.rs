@@ -79,38 +79,47 @@ pub(super) fn round_even(x: f32) -> f32 {
 }
 
 /// ONNX DynamicQuantizeLinear: outputs the quantized tensor, its scale and
-/// its zero point (rounding half to even, saturating).
+/// its zero point (rounding half to even, saturating). Share `run` of the
+/// elements is quantized (every share takes the extremes of the whole
+/// tensor, which is cheap beside the division); the first share writes
+/// the scale and zero point. Shared out only where no output lies over
+/// the input (`run::splits`).
 pub(super) fn dynamic_u8(
     v: &Views<'_>,
     x: &Operand<'_>,
     outs: &[Operand<'_>],
+    run: core::ops::Range<usize>,
 ) -> Result<(), Failure> {
     let src = v.src::<f32>(x)?;
     let dst = v.dst::<u8>(&outs[0])?;
+    let share = dst.get(run.clone()).ok_or(Failure::View(outs[0].id))?;
     let (scale, zero) = crate::with_load!(src, |src| widest(|| {
-        let src = src.sub(0, dst.len());
+        let all = src.sub(0, dst.len());
+        let src = src.sub(run.start, share.len());
         #[cfg(target_arch = "x86_64")]
         if Isa::detect() == Isa::Vnni {
             // SAFETY: `Isa::Vnni` is only chosen where the CPU has AVX-512
-            // F and BW; `src` holds `dst.len()` floats and `dst` as many
-            // bytes.
+            // F and BW; `all` holds `dst.len()` floats, `src` and `share`
+            // the share's count.
             #[allow(unsafe_code)]
             unsafe {
-                let (lo, hi) = x86::extremes(src.ptr(), dst.len());
+                let (lo, hi) = x86::extremes(all.ptr(), dst.len());
                 let (scale, zero) = params_u8(lo, hi);
-                let out = dst.as_ptr() as *mut i8;
-                x86::quantize_bytes(src.ptr(), out, dst.len(), scale, zero.into(), false, true);
+                let out = share.as_ptr() as *mut i8;
+                x86::quantize_bytes(src.ptr(), out, share.len(), scale, zero.into(), false, true);
                 return (scale, zero);
             }
         }
-        let (scale, zero) = range_u8(src);
-        for (i, c) in dst.iter().enumerate() {
+        let (scale, zero) = range_u8(all);
+        for (i, c) in share.iter().enumerate() {
             c.set(quantize_u8(src.load(i), scale, zero));
         }
         (scale, zero)
     }));
-    v.dst::<f32>(&outs[1])?[0].set(scale);
-    v.dst::<u8>(&outs[2])?[0].set(zero);
+    if run.start == 0 {
+        v.dst::<f32>(&outs[1])?[0].set(scale);
+        v.dst::<u8>(&outs[2])?[0].set(zero);
+    }
     Ok(())
 }
 

@@ -179,6 +179,10 @@ pub fn splits(step: &Step<'_>) -> bool {
         | Kernel::QBinary(_) => {
             step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
         }
+        // Shares quantize runs of elements; each reads the whole input.
+        Kernel::DynamicQuantizeU8 => {
+            step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, false)
+        }
         // Each lane (row) along the axis is read and written by one share.
         Kernel::Softmax(..) | Kernel::RmsNorm(..) | Kernel::LayerNorm(..) => {
             step.outputs[0].len >= SPLIT_ELEMENTS && overlaps_only_in_place(step, true)
@@ -315,7 +319,7 @@ pub fn run_part(
         Kernel::Cast => arith::cast(v, &ins[0], &outs[0])?,
         Kernel::Contraction(c) => contract::contract(v, c, ins, &outs[0])?,
         Kernel::BitNot => arith::bit_not(v, &ins[0], &outs[0])?,
-        Kernel::DynamicQuantizeU8 => quant::dynamic_u8(v, &ins[0], outs)?,
+        Kernel::DynamicQuantizeU8 => quant::dynamic_u8(v, &ins[0], outs, run())?,
         Kernel::Quantize(at) => quant::quantize(v, *at, ins, &outs[0])?,
         Kernel::Dequantize(at) => quant::dequantize(v, *at, ins, &outs[0])?,
         Kernel::IsNan => arith::float_test(v, &ins[0], &outs[0], f64::is_nan)?,

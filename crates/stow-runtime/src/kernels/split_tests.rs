@@ -403,3 +403,41 @@ fn normalisation_shares_equal_the_whole() {
     }
     assert!(split > 40, "only {split} steps split");
 }
+
+/// DynamicQuantizeLinear around the split threshold, its bytes apart from
+/// the input or over it (not split), NaN and signed zeros among the
+/// values: every share count gives the whole step's bytes, scale and
+/// zero point.
+#[test]
+fn dynamic_quantize_shares_equal_the_whole() {
+    let mut rng = Rng(0x000d_9a11_c0de);
+    let mut split = 0;
+    for case in 0..24 {
+        let n = run::SPLIT_ELEMENTS - 40 + rng.below(3 * run::SPLIT_ELEMENTS);
+        let in_place = case % 4 == 3;
+        let q_at = if in_place { 0 } else { 4 * n + 8 };
+        let mut arena: Vec<u32> = (0..2 * n + 8).map(|_| rng.float().to_bits()).collect();
+        if case % 5 == 0 {
+            // All of one sign.
+            for w in arena[..n].iter_mut() {
+                *w &= 0x7fff_ffff;
+            }
+        }
+        let step = Step {
+            kernel: Kernel::DynamicQuantizeU8,
+            inputs: vec![operand(0, DType::F32, &[n], 0)],
+            outputs: vec![
+                operand(1, DType::U8, &[n], q_at),
+                operand(2, DType::F32, &[], 4 * n),
+                operand(3, DType::U8, &[], 4 * n + 4),
+            ],
+            scratch: 0,
+            planned: None,
+        };
+        let what = format!("{n} elements, in place {in_place}");
+        let splits = same_for_every_share_count(&step, &arena, &what);
+        assert!(!(in_place && splits), "{what}: split over its input");
+        split += splits as usize;
+    }
+    assert!(split > 12, "only {split} steps split");
+}
