@@ -313,6 +313,7 @@ impl<'b> Session<'b> {
         kernels::fuse_clamps(&mut steps, &contents.outputs);
         kernels::fuse_activations(&mut steps, &contents.outputs);
         kernels::fuse_dequantized(&mut steps, &contents.outputs);
+        kernels::fuse_nan_selects(&mut steps, &contents.outputs);
         // Scratch the bundle did not plan into the arena (for more threads
         // than it was compiled for, or none): allocated here, once.
         let scratch_per = steps

@@ -282,6 +282,16 @@ pub fn unary_f32(f: Unary, src: Src<'_, f32>, out: &[Cell<f32>]) {
     }
 }
 
+/// `out[i]` = `c` where `src[i]` is NaN, else `src[i]` (its bits): an
+/// `IsNan` and the `Iff` that reads it merged at setup.
+pub fn nan_to(c: f32, src: Src<'_, f32>, out: &[Cell<f32>]) {
+    crate::with_load!(src, |s| widest_rows(s, out, move |x: f32| if x.is_nan() {
+        c
+    } else {
+        x
+    }))
+}
+
 /// `out[i] = f(src[i])` for a function of plain arithmetic and selects
 /// (no libm call), compiled for the widest vectors the CPU has. Without
 /// fast-math nothing is fused or reordered, so every copy gives the same

@@ -446,6 +446,42 @@ pub(crate) fn fuse_dequantized<'b>(steps: &mut [Step<'b>], graph_outputs: &[u32]
     }
 }
 
+/// Merges each f32 `IsNan` whose mask only an `Iff` reads, choosing a
+/// one-element weight where the value is NaN and the value itself
+/// elsewhere (bert's attention probabilities), into that `Iff`: one pass
+/// that replaces NaN by the constant, at the `Iff`'s place, where the
+/// value is still held (the `Iff` reads it); the bool mask is never
+/// written.
+pub(crate) fn fuse_nan_selects(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
+    let readers = readers(steps);
+    for i in 0..steps.len() {
+        let ([x], [mask]) = (steps[i].inputs.as_slice(), steps[i].outputs.as_slice()) else {
+            continue;
+        };
+        if !matches!(steps[i].kernel, Kernel::IsNan) || x.dtype != DType::F32 {
+            continue;
+        }
+        let (x, mask) = (x.clone(), mask.id);
+        let Some(j) = only_reader(steps, i, mask, &readers, graph_outputs) else {
+            continue;
+        };
+        let select = &steps[j];
+        let ([cond, c, y], [o]) = (select.inputs.as_slice(), select.outputs.as_slice()) else {
+            continue;
+        };
+        let Some(c) = scalar(c) else {
+            continue;
+        };
+        let same = y.id == x.id && o.dtype == DType::F32 && o.len == x.len && o.shape == x.shape;
+        if !matches!(select.kernel, Kernel::Select(_)) || cond.id != mask || !same {
+            continue;
+        }
+        steps[j].kernel = Kernel::NanTo(c);
+        steps[j].inputs = alloc::vec![x];
+        steps[i].kernel = Kernel::Nothing;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -931,5 +967,69 @@ mod tests {
             fuse_dequantized(&mut late, &[last]);
             assert!(matches!(late[2].kernel, Kernel::Cast), "case {case}");
         }
+    }
+
+    /// `IsNan` then `Iff(mask, c, x)`: merged, one pass writes the bytes
+    /// the two steps write (NaNs of several payloads, infinities, signed
+    /// zeros; 1 to 3 shares; apart or over x). Not merged: a mask read
+    /// elsewhere or kept, the branches the other way round.
+    #[test]
+    fn a_nan_select_merged_equals_its_two_steps() {
+        static C: [u8; 4] = (-0.0f32).to_le_bytes();
+        let n = 70_000;
+        let x: Vec<f32> = (0..n)
+            .map(|i| match i % 11 {
+                0 => f32::NAN,
+                1 => f32::from_bits(0xffc0_1234),
+                2 => f32::INFINITY,
+                3 => -0.0,
+                _ => (i as f32 - 30_000.0) * 0.37,
+            })
+            .collect();
+        let shape = [7, n / 7];
+        let mask = |at: usize| Operand {
+            dtype: DType::Bool,
+            ..shaped(1, &shape, at)
+        };
+        let build = |out_at: usize, swapped: bool| {
+            let is_nan = prepared(
+                &op("IsNan"),
+                alloc::vec![shaped(0, &shape, 0)],
+                alloc::vec![mask(8 * n)],
+            );
+            let (c, y) = (weight_operand(2, &C), shaped(0, &shape, 0));
+            let branches = if swapped { [y, c] } else { [c, y] };
+            let [a, b] = branches;
+            let select = prepared(
+                &op("Iff"),
+                alloc::vec![mask(8 * n), a, b],
+                alloc::vec![shaped(3, &shape, out_at)],
+            );
+            alloc::vec![is_nan, select]
+        };
+        let floats = 4 * n;
+        for out_at in [0, 4 * n] {
+            let steps = build(out_at, false);
+            let mut merged = steps.clone();
+            fuse_nan_selects(&mut merged, &[3]);
+            assert!(matches!(merged[0].kernel, Kernel::Nothing));
+            assert!(
+                matches!(merged[1].kernel, Kernel::NanTo(c) if c.to_bits() == (-0.0f32).to_bits())
+            );
+            for parts in 1..=3 {
+                let (want, got) = (
+                    run_shares(&steps, &x, floats, parts),
+                    run_shares(&merged, &x, floats, parts),
+                );
+                let z = out_at / 4..out_at / 4 + n;
+                assert_eq!(got[z.clone()], want[z], "at {out_at}, {parts} shares");
+            }
+        }
+        let mut kept = build(4 * n, false);
+        fuse_nan_selects(&mut kept, &[1, 3]);
+        assert!(matches!(kept[0].kernel, Kernel::IsNan));
+        let mut swapped = build(4 * n, true);
+        fuse_nan_selects(&mut swapped, &[3]);
+        assert!(matches!(swapped[1].kernel, Kernel::Select(_)));
     }
 }

@@ -44,7 +44,7 @@ mod split_tests;
 #[cfg(test)]
 mod testing;
 
-pub(crate) use fuse::{fuse_activations, fuse_clamps, fuse_dequantized};
+pub(crate) use fuse::{fuse_activations, fuse_clamps, fuse_dequantized, fuse_nan_selects};
 pub use prepare::{
     marked_panels, operand, packable, packed_attr, planned_scratch_threads, prepare,
     scratch_floats, IN_PLACE_ATTR, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
@@ -294,6 +294,9 @@ pub enum Kernel {
     Cast,
     /// float → bool: is the value NaN.
     IsNan,
+    /// f32 → f32: NaN replaced by this constant, other values kept (an
+    /// `IsNan` and the `Iff` that reads it, merged at setup).
+    NanTo(f32),
     /// float → bool: is the value +∞ (first flag) or −∞ (second).
     IsInf(bool, bool),
     /// bool → bool: logical not.

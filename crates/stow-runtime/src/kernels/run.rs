@@ -172,6 +172,7 @@ pub fn splits(step: &Step<'_>) -> bool {
         Kernel::MatMul(m) => step.outputs[0].len.saturating_mul(m.mnk[2]) >= SPLIT_MACS,
         Kernel::QConv(_) | Kernel::QProduct(_) => true,
         Kernel::Unary(_)
+        | Kernel::NanTo(_)
         | Kernel::Binary(..)
         | Kernel::Clamp(_)
         | Kernel::LeakyRelu(_)
@@ -278,6 +279,9 @@ pub fn run_part(
         }
         Kernel::Unary(f) => {
             elementwise::unary_f32(*f, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
+        }
+        Kernel::NanTo(c) => {
+            elementwise::nan_to(*c, v.src(&ins[0])?.slice(run()), &v.dst(&outs[0])?[run()])
         }
         Kernel::Binary(b, walk) => {
             let plane = plane_of(&outs[0]);
