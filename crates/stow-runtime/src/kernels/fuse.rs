@@ -35,6 +35,11 @@
 //! int8 the three steps were 4 ms at one thread and 6 ms at two (they
 //! split rows, the product columns).
 //!
+//! An `IsNan` whose mask only an `Iff` reads, choosing a constant where
+//! the value is NaN and the value itself elsewhere, becomes one pass at
+//! the `Iff`'s place that replaces NaN by the constant ([`Kernel::NanTo`]):
+//! the same bits, without the mask's write and read.
+//!
 //! A merged step writes the later step's output while it reads its own
 //! inputs. The plan placed that output for the later step, where the
 //! first step's inputs and scratch may already be dead, so a merge is
