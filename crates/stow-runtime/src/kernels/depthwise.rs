@@ -92,7 +92,7 @@ pub(super) fn depthwise_through(
 }
 
 /// Runs `planes` with the rows read in place where the CPU has AVX-512
-/// and the window has column stride 2, else in bands; gives `hooks` back, having
+/// and the window suits them, else in bands; gives `hooks` back, having
 /// done nothing, where neither applies.
 #[allow(clippy::too_many_arguments)]
 fn run_fast<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
@@ -104,12 +104,8 @@ fn run_fast<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
     finish: Finish,
     mut hooks: Hooks<P, B, A>,
 ) -> Result<(), Hooks<P, B, A>> {
-    // The rows read in place only at column stride 2, where they measured
-    // faster (a mobilenet_v2 or efficientnet_b0 layer 0.8× of the bands'
-    // time); at stride 1 the bands' flat runs were as fast or faster
-    // (efficientnet_b0's 5 × 5 and Swish-finished layers 1.2×).
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::Isa::detect() == super::gemm::Isa::Avx512 && s.window.strides[2] == 2 {
+    if super::gemm::Isa::detect() == super::gemm::Isa::Avx512 {
         if let Some(rows) = super::depthwise_rows::Rows::of(&s.window) {
             // SAFETY: the CPU has AVX-512 F (checked above).
             #[allow(unsafe_code)]
