@@ -55,15 +55,16 @@ pub(super) fn depthwise(
     first: usize,
     finish: Finish,
 ) {
+    let Some(band) = Band::of(&s.window) else {
+        return plain(s, x, weight, bias, out, planes, first, finish);
+    };
     let plane = s.window.output_plane();
     let hooks = Hooks {
         place: |p: usize| (p - first) * plane,
         bias,
         after: |_| {},
     };
-    if let Err(hooks) = run_fast(s, x, weight, out, planes.clone(), finish, hooks) {
-        plain(s, x, weight, hooks.bias, out, planes, first, finish)
-    }
+    run_banded(s, &band, x, weight, out, planes, finish, hooks)
 }
 
 /// [`depthwise`] of `planes` one at a time into `temp` (one output plane):
@@ -83,56 +84,16 @@ pub(super) fn depthwise_through(
     finish: Finish,
     after: impl FnMut(usize),
 ) -> bool {
+    let Some(band) = Band::of(&s.window) else {
+        return false;
+    };
     let hooks = Hooks {
         place: |_| 0,
         bias,
         after,
     };
-    run_fast(s, x, weight, temp, planes, finish, hooks).is_ok()
-}
-
-/// Runs `planes` with the rows read in place where the CPU has AVX-512
-/// and the window suits them, else in bands; gives `hooks` back, having
-/// done nothing, where neither applies.
-#[allow(clippy::too_many_arguments)]
-fn run_fast<P: Fn(usize) -> usize, B: Fn(usize) -> f32, A: FnMut(usize)>(
-    s: &ConvShape,
-    x: impl Load<f32>,
-    weight: impl Load<f32>,
-    out: &[Cell<f32>],
-    planes: core::ops::Range<usize>,
-    finish: Finish,
-    mut hooks: Hooks<P, B, A>,
-) -> Result<(), Hooks<P, B, A>> {
-    #[cfg(target_arch = "x86_64")]
-    if super::gemm::Isa::detect() == super::gemm::Isa::Avx512 {
-        if let Some(rows) = super::depthwise_rows::Rows::of(&s.window) {
-            // SAFETY: the CPU has AVX-512 F (checked above).
-            #[allow(unsafe_code)]
-            let done = unsafe {
-                super::depthwise_rows::run(
-                    &rows,
-                    x,
-                    weight,
-                    s.groups,
-                    &hooks.bias,
-                    out,
-                    planes.clone(),
-                    finish,
-                    &hooks.place,
-                    &mut hooks.after,
-                )
-            };
-            if done {
-                return Ok(());
-            }
-        }
-    }
-    let Some(band) = Band::of(&s.window) else {
-        return Err(hooks);
-    };
-    run_banded(s, &band, x, weight, out, planes, finish, hooks);
-    Ok(())
+    run_banded(s, &band, x, weight, temp, planes, finish, hooks);
+    true
 }
 
 /// Where each plane's output starts in `out`, its bias, and what to do
@@ -577,11 +538,6 @@ mod tests {
     use crate::kernels::gemm::Clamp;
     use alloc::vec::Vec;
 
-    fn avx512() -> bool {
-        cfg!(target_arch = "x86_64")
-            && super::super::gemm::Isa::detect() == super::super::gemm::Isa::Avx512
-    }
-
     /// The direct definition: every tap of every output.
     fn naive(s: &ConvShape, x: &[f32], weight: &[f32]) -> Vec<f32> {
         let w = &s.window;
@@ -668,7 +624,7 @@ mod tests {
 
     /// Every path (the banded one with and without fused multiply-adds,
     /// the plain one) against the definition on `c`.
-    fn check(c: Case) -> Vec<&'static str> {
+    fn check(c: Case) -> usize {
         let s = shape(&c, 3);
         let w = &s.window;
         let x: Vec<f32> = (0..3 * w.input_plane()).map(|i| value(i, 1)).collect();
@@ -678,7 +634,7 @@ mod tests {
         let want = naive(&s, &x, &weight);
         let bias: Vec<f32> = (0..3).map(|i| value(i, 3)).collect();
         let plane = w.output_plane();
-        let mut paths = Vec::new();
+        let mut paths = 0;
         // Each plane finished with a clamp that bites on both sides.
         let clamp = Clamp {
             lo: -0.5,
@@ -687,10 +643,7 @@ mod tests {
         };
         let finish = Finish::Clamp(clamp);
         let plane_bias = |p: usize| bias[p];
-        // The rows read in place and the banded fused multiply-adds, where
-        // both run: they must agree to the bit.
-        let mut exact: [Option<Vec<u32>>; 2] = [None, None];
-        for path in ["dispatch", "plain", "banded", "banded fma", "rows"] {
+        for path in ["dispatch", "plain", "banded", "banded fma"] {
             let band = Band::of(w);
             // The kernels write every output: what was there is never read.
             let out: Vec<Cell<f32>> = (0..want.len()).map(|_| Cell::new(f32::NAN)).collect();
@@ -715,38 +668,7 @@ mod tests {
                     };
                     banded::<true, _, _, _>(&s, b, &x[..], &weight[..], &out, 0..3, finish, hooks)
                 }
-                #[cfg(target_arch = "x86_64")]
-                ("rows", _)
-                    if super::super::gemm::Isa::detect() == super::super::gemm::Isa::Avx512 =>
-                {
-                    let Some(rows) = super::super::depthwise_rows::Rows::of(w) else {
-                        continue;
-                    };
-                    // SAFETY: the CPU has AVX-512 F (checked above).
-                    #[allow(unsafe_code)]
-                    let done = unsafe {
-                        super::super::depthwise_rows::run(
-                            &rows,
-                            &x[..],
-                            &weight[..],
-                            s.groups,
-                            plane_bias,
-                            &out,
-                            0..3,
-                            finish,
-                            |p| p * plane,
-                            |_| {},
-                        )
-                    };
-                    assert!(done);
-                }
                 _ => continue,
-            }
-            let bits = || out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
-            match path {
-                "banded fma" => exact[0] = Some(bits()),
-                "rows" => exact[1] = Some(bits()),
-                _ => {}
             }
             for (i, (o, w)) in out.iter().zip(&want).enumerate() {
                 let w = clamp.apply(w + bias[i / plane]);
@@ -757,16 +679,7 @@ mod tests {
                     o.get()
                 );
             }
-            paths.push(path);
-        }
-        if let [Some(banded), Some(rows)] = &exact {
-            assert!(
-                banded == rows,
-                "input {:?} kernel {:?} strides {:?}: the rows differ from the bands",
-                c.input,
-                c.kernel,
-                c.strides
-            );
+            paths += 1;
         }
         paths
     }
@@ -776,7 +689,7 @@ mod tests {
     /// the plain path's stride-2 split holds.
     #[test]
     fn rows_match_the_definition() {
-        let (mut banded, mut rows) = (0, 0);
+        let mut banded = 0;
         for (iw, kw, stride, dil, pad, extra) in [
             (7, 3, 1, 1, 1, 0),
             (15, 3, 1, 1, 1, 0),
@@ -804,16 +717,11 @@ mod tests {
                 pad: [0, 1, pad],
                 extra: [0, 0, extra],
             });
-            assert!(paths.len() >= 2);
-            banded += usize::from(paths.contains(&"banded fma"));
-            rows += usize::from(paths.contains(&"rows"));
+            assert!(paths >= 2);
+            banded += usize::from(paths == 4);
         }
         // Stride 3, the 300-wide dilated row and the 1100-wide row run plain.
         assert_eq!(banded, 14);
-        // All but the stride-3 row, on AVX-512.
-        if avx512() {
-            assert_eq!(rows, 16);
-        }
     }
 
     /// Planes taller than one band (rows of the band's edges), vertical
@@ -890,164 +798,8 @@ mod tests {
             let s = shape(&case, 1);
             let band = Band::of(&s.window).expect("these shapes take the banded path");
             bands += s.window.output[1].div_ceil(band.rows_out);
-            let paths = check(case);
-            assert!(paths.len() >= 4);
-            // Not the 3-d window nor the one dilated between rows.
-            let rows = avx512() && input[0] == 1 && dilations[1] == 1;
-            assert_eq!(paths.contains(&"rows"), rows);
+            assert_eq!(check(case), 4);
         }
         assert!(bands > 20, "{bands} bands: the cases must cross band edges");
-    }
-
-    /// Random windows (sizes, kernels, strides, dilations and paddings,
-    /// before and after): every path against the definition, and the
-    /// rows read in place against the banded sums to the bit.
-    #[test]
-    fn random_windows_match_the_definition() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut below = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
-        let mut rows = 0;
-        for _ in 0..400 {
-            let kernel = [1, 1 + below(7), 1 + below(7)];
-            let dilations = [1, 1 + below(3) * below(2), 1 + below(3) * below(2)];
-            let pad = [0, below(4), below(4)];
-            let extra = [0, below(2), below(2)];
-            let input: [usize; 3] = core::array::from_fn(|a| {
-                if a == 0 {
-                    return 1;
-                }
-                // At least one output along each axis.
-                let reach = dilations[a] * (kernel[a] - 1) + 1;
-                reach.saturating_sub(2 * pad[a] + extra[a]).max(1) + below(40)
-            });
-            let strides = [1, 1 + below(3), 1 + below(2)];
-            let paths = check(Case {
-                input,
-                kernel,
-                strides,
-                dilations,
-                pad,
-                extra,
-            });
-            rows += usize::from(paths.contains(&"rows"));
-        }
-        if avx512() {
-            assert!(rows > 150, "{rows} of 400 windows ran the rows");
-        }
-    }
-
-    /// The rows read in place against the banded sums, to the bit, with
-    /// every finish (a clamp is applied in registers, the others over
-    /// the stored rows), on random windows of several planes.
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn rows_equal_the_bands_with_every_finish() {
-        if !avx512() {
-            return;
-        }
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut below = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
-        let finishes = [
-            Finish::Keep,
-            Finish::Sigmoid,
-            Finish::Silu,
-            Finish::HardSwish,
-            Finish::Clamp(Clamp {
-                lo: 0.0,
-                hi: 6.0,
-                max_first: false,
-            }),
-            Finish::Clamp(Clamp {
-                lo: f32::NAN,
-                hi: 0.25,
-                max_first: true,
-            }),
-        ];
-        let mut compared = 0;
-        for round in 0..120 {
-            let k = 1 + below(5);
-            let pad = below(k.div_ceil(2) + 1);
-            let case = Case {
-                input: [1, 1 + below(30), 1 + below(70)],
-                kernel: [1, k, k],
-                strides: [1, 1 + below(2), 1 + below(2)],
-                dilations: [1, 1, 1 + below(2)],
-                pad: [0, pad, pad],
-                extra: [0, 0, 0],
-            };
-            if (0..3).any(|a| {
-                case.input[a] + 2 * case.pad[a] < case.dilations[a] * (case.kernel[a] - 1) + 1
-            }) {
-                continue;
-            }
-            let s = shape(&case, 5);
-            let w = &s.window;
-            let (Some(band), Some(rows)) = (Band::of(w), super::super::depthwise_rows::Rows::of(w))
-            else {
-                continue;
-            };
-            let x: Vec<f32> = (0..5 * w.input_plane())
-                .map(|i| 8.0 * value(i, round))
-                .collect();
-            let weight: Vec<f32> = (0..5 * k * k).map(|i| value(i, round + 7)).collect();
-            let bias = |p: usize| value(p, round + 3);
-            let plane = w.output_plane();
-            let finish = finishes[round % finishes.len()];
-            let banded_out: Vec<Cell<f32>> = (0..5 * plane).map(|_| Cell::new(f32::NAN)).collect();
-            let hooks = Hooks {
-                place: |p: usize| p * plane,
-                bias,
-                after: |_| {},
-            };
-            banded::<true, _, _, _>(
-                &s,
-                &band,
-                &x[..],
-                &weight[..],
-                &banded_out,
-                0..5,
-                finish,
-                hooks,
-            );
-            let rows_out: Vec<Cell<f32>> = (0..5 * plane).map(|_| Cell::new(f32::NAN)).collect();
-            // SAFETY: the CPU has AVX-512 F (checked above).
-            #[allow(unsafe_code)]
-            let done = unsafe {
-                super::super::depthwise_rows::run(
-                    &rows,
-                    &x[..],
-                    &weight[..],
-                    5,
-                    bias,
-                    &rows_out,
-                    0..5,
-                    finish,
-                    |p| p * plane,
-                    |_| {},
-                )
-            };
-            assert!(done);
-            for (i, (a, b)) in banded_out.iter().zip(&rows_out).enumerate() {
-                assert_eq!(
-                    a.get().to_bits(),
-                    b.get().to_bits(),
-                    "{finish:?}, input {:?} kernel {k} strides {:?}: output {i}",
-                    case.input,
-                    case.strides
-                );
-            }
-            compared += 1;
-        }
-        assert!(compared > 60, "{compared} windows compared");
     }
 }

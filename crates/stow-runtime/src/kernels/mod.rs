@@ -16,8 +16,6 @@ pub mod cells;
 pub mod contract;
 mod depthwise;
 pub mod depthwise_inplace;
-#[cfg(target_arch = "x86_64")]
-mod depthwise_rows;
 mod direct;
 pub mod elementwise;
 pub mod float;
