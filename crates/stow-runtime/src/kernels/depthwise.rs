@@ -228,7 +228,9 @@ impl Band {
     }
 
     /// Fills `buf` with the band whose first output row is `oy0`, from
-    /// the input plane slice `plane` (`ih × iw`).
+    /// the input plane slice `plane` (`ih × iw`). At stride 1 along the
+    /// columns, `buf`'s padding columns must be zero (`pad_row`): a buffer
+    /// made zero and filled only by this function keeps them so.
     #[inline(always)]
     fn fill(&self, w: &Window, buf: &mut [f32], plane: impl Load<f32>, oy0: usize) {
         let [_, ih, iw] = w.input;
@@ -257,13 +259,15 @@ impl Band {
     }
 }
 
-/// `dst[u]` = `row[u − pad]`, zero outside the row.
+/// `dst[u]` = `row[u − pad]` where `u − pad` lies inside the row. The
+/// columns outside it are left as they are: in a band buffer they are
+/// the padding, zero from the buffer's start, and nothing writes them
+/// other values (every row of a stride-1 band puts its values at the same
+/// columns). Zeroing them here was two calls of `memset` per row.
 #[inline(always)]
 fn pad_row(dst: &mut [f32], row: impl Load<f32>, pad: usize) {
     let iw = row.count();
     let (u0, u1) = (pad.min(dst.len()), (iw + pad).min(dst.len()));
-    dst[..u0].fill(0.0);
-    dst[u1..].fill(0.0);
     if u0 < u1 {
         super::cells::read_into(&mut dst[u0..u1], row);
     }
