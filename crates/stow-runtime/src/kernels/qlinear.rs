@@ -601,10 +601,11 @@ impl<'a> Floats<'a> {
         })
     }
 
-    /// Outputs `o..o + n` as one row, when their biases are consecutive
+    /// Outputs `o..o + n` as one row (lane `l` is output `o + l`, its
+    /// bias element `l` of the row's), when their biases are consecutive
     /// (the row does not wrap past the last axis).
     #[inline]
-    fn row(&self, o: usize, n: usize) -> Option<epilogue::FloatRow<'a>> {
+    fn row(&self, o: usize, n: usize) -> Option<Floats<'a>> {
         let bias = match self.bias {
             None => None,
             Some(b) => {
@@ -612,12 +613,23 @@ impl<'a> Floats<'a> {
                 Some(b.get(c..c + n)?)
             }
         };
-        Some(epilogue::FloatRow {
+        Some(Floats {
             cells: self.cells.get(o..o + n)?,
-            scale: self.scale,
             bias,
-            bias_first: self.bias_first,
+            ..*self
         })
+    }
+
+    /// Lane `l`'s output, of a [`Floats::row`], from its i32 value: the
+    /// merged steps' operations in their order, never fused.
+    #[inline]
+    fn value(&self, l: usize, y: i32) -> f32 {
+        let x = y as f32 * self.scale;
+        match self.bias {
+            None => x,
+            Some(b) if self.bias_first => b[l] + x,
+            Some(b) => x + b[l],
+        }
     }
 }
 

@@ -131,7 +131,7 @@ pub(super) fn tile(
             };
             if lines.iter().all(identity) {
                 // SAFETY: `Isa::Vnni` is only chosen where the CPU has
-                // AVX-512 F and BW; `FloatRow`s are as long as `lanes`.
+                // AVX-512 F and BW; the rows of `f` are as long as `lanes`.
                 #[allow(unsafe_code)]
                 unsafe {
                     x86::tile_floats_avx512(raw, lanes, sums, lines, f)
@@ -182,31 +182,8 @@ enum Dst<'a> {
     U8(&'a [core::cell::Cell<u8>]),
     I8(&'a [core::cell::Cell<i8>]),
     I32(&'a [core::cell::Cell<i32>]),
-    F32(FloatRow<'a>),
-}
-
-/// A row of an f32 output ([`super::Floats`]): its cells and the bias
-/// of each, as long as the sums.
-#[derive(Clone, Copy)]
-pub(super) struct FloatRow<'a> {
-    pub cells: &'a [Cell<f32>],
-    pub scale: f32,
-    pub bias: Option<&'a [f32]>,
-    pub bias_first: bool,
-}
-
-impl FloatRow<'_> {
-    /// Lane `l`'s output from its i32 value: the merged steps'
-    /// operations in their order, never fused.
-    #[inline]
-    pub(super) fn value(&self, l: usize, y: i32) -> f32 {
-        let x = y as f32 * self.scale;
-        match self.bias {
-            None => x,
-            Some(b) if self.bias_first => b[l] + x,
-            Some(b) => x + b[l],
-        }
-    }
+    /// A row of an f32 output ([`super::Floats::row`]).
+    F32(super::Floats<'a>),
 }
 
 impl Dst<'_> {
@@ -590,7 +567,7 @@ pub(super) mod x86 {
     /// scale, plus the bias, each a rounding of its own as in the steps.
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
-    fn floats_avx512(f: super::FloatRow<'_>, l: usize, mask: __mmask16, y: __m512i) {
+    fn floats_avx512(f: super::super::Floats<'_>, l: usize, mask: __mmask16, y: __m512i) {
         let x = _mm512_mul_ps(_mm512_cvtepi32_ps(y), _mm512_set1_ps(f.scale));
         // SAFETY: lanes `l..` under `mask` are inside the row's cells and
         // bias (as long as the sums, `emit`); masked lanes are not read
