@@ -55,6 +55,15 @@ pub(super) fn depthwise(
     first: usize,
     finish: Finish,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s) {
+        let none = (|_| {}, |_| {});
+        let (bias, planes) = (&bias, planes.clone());
+        if super::depthwise_lanes::run(&lanes, s, x, weight, bias, out, planes, first, finish, none)
+        {
+            return;
+        }
+    }
     let Some(band) = Band::of(&s.window) else {
         return plain(s, x, weight, bias, out, planes, first, finish);
     };
@@ -726,6 +735,144 @@ mod tests {
         }
         // Stride 3, the 300-wide dilated row and the 1100-wide row run plain.
         assert_eq!(banded, 14);
+    }
+
+    /// The lanes path against the bands (fused), to the bit, and against
+    /// the definition: random small planes, kernels 1–7 wide, strides 1–2,
+    /// dilations, asymmetric padding, 1–40 planes (short last blocks,
+    /// planes of two images), every finish, a sub-range of the planes
+    /// written from a plane other than 0.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn lanes_match_the_bands_to_the_bit() {
+        use crate::kernels::depthwise_lanes::{run, Lanes};
+        if super::super::gemm::Isa::detect() != super::super::gemm::Isa::Avx512 {
+            return;
+        }
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut below = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let finishes = [
+            Finish::Keep,
+            Finish::Clamp(Clamp {
+                lo: 0.0,
+                hi: 0.6,
+                max_first: true,
+            }),
+            Finish::Sigmoid,
+            Finish::Silu,
+            Finish::HardSwish,
+        ];
+        let (mut cases, mut fixed, mut tried) = (0, 0, 0);
+        while cases < 400 {
+            tried += 1;
+            assert!(tried < 100_000, "too few shapes take the lanes path");
+            let k = [1, 2, 3, 3, 5, 5, 7][below(7)];
+            let case = Case {
+                input: [1, 1 + below(16), 1 + below(16)],
+                kernel: [1, if below(4) == 0 { 1 + below(5) } else { k }, k],
+                strides: [1, 1 + below(2), 1 + below(2)],
+                dilations: [
+                    1,
+                    1 + usize::from(below(5) == 0),
+                    1 + usize::from(below(5) == 0),
+                ],
+                pad: [0, below(4), below(4)],
+                extra: [0, below(2), below(2)],
+            };
+            let reach = |a: usize| case.dilations[a] * (case.kernel[a] - 1) + 1;
+            if (1..3).any(|a| case.input[a] + 2 * case.pad[a] + case.extra[a] < reach(a)) {
+                continue;
+            }
+            let channels = 1 + below(24);
+            let mut s = shape(&case, channels);
+            s.batch = 1 + below(2);
+            let Some(lanes) = Lanes::of(&s) else {
+                continue;
+            };
+            let w = &s.window;
+            let planes = s.batch * channels;
+            let (ip, op) = (w.input_plane(), w.output_plane());
+            let taps = case.kernel[1] * case.kernel[2];
+            let x: Vec<f32> = (0..planes * ip).map(|i| value(i, cases + 1)).collect();
+            let weight: Vec<f32> = (0..channels * taps).map(|i| value(i, cases + 7)).collect();
+            let bias: Vec<f32> = (0..channels).map(|i| value(i, cases + 11)).collect();
+            let plane_bias = |p: usize| bias[p % channels];
+            let finish = finishes[below(finishes.len())];
+            let band = Band::of(w).expect("a plane the lanes take fits a band");
+            let want: Vec<Cell<f32>> = (0..planes * op).map(|_| Cell::new(f32::NAN)).collect();
+            let hooks = Hooks {
+                place: |p: usize| p * op,
+                bias: plane_bias,
+                after: |_| {},
+            };
+            let all = 0..planes;
+            banded::<true, _, _, _>(&s, &band, &x[..], &weight[..], &want, all, finish, hooks);
+            // Planes [from, planes) written into an output that starts at
+            // plane `from`, whose first planes are left NaN.
+            let from = below(planes);
+            let got: Vec<Cell<f32>> = (0..planes * op).map(|_| Cell::new(f32::NAN)).collect();
+            let (mut read, mut stored) = (Vec::new(), Vec::new());
+            let hooks = (|end| read.push(end), |end| stored.push(end));
+            let out = &got[from * op..];
+            assert!(run(
+                &lanes,
+                &s,
+                &x[..],
+                &weight[..],
+                plane_bias,
+                out,
+                from..planes,
+                from,
+                finish,
+                hooks
+            ));
+            let blocks: Vec<usize> = (from..planes)
+                .step_by(16)
+                .map(|p| (p + 16).min(planes))
+                .collect();
+            assert_eq!((&read, &stored), (&blocks, &blocks));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate().skip(from * op) {
+                assert_eq!(
+                    g.get().to_bits(),
+                    w.get().to_bits(),
+                    "{case_input:?} kernel {kernel:?} strides {strides:?} dilations {dil:?} pad {pad:?}+{extra:?}, {planes} planes from {from}: output {i} is {} not {}",
+                    g.get(),
+                    w.get(),
+                    case_input = case.input,
+                    kernel = case.kernel,
+                    strides = case.strides,
+                    dil = case.dilations,
+                    pad = case.pad,
+                    extra = case.extra,
+                );
+            }
+            assert!(got[..from * op].iter().all(|c| c.get().is_nan()));
+            if matches!(finish, Finish::Keep) {
+                let exact = naive(&s, &x, &weight);
+                for (i, (g, e)) in got.iter().zip(&exact).enumerate().skip(from * op) {
+                    let e = e + bias[i / op % channels];
+                    assert!(
+                        (g.get() - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                        "output {i}: {} not {e}",
+                        g.get()
+                    );
+                }
+            }
+            fixed += usize::from(
+                matches!((case.kernel[1], case.kernel[2]), (3, 3) | (5, 5))
+                    && case.dilations[2] == 1,
+            );
+            cases += 1;
+        }
+        assert!(
+            fixed > 50,
+            "{fixed} cases with the windows held in registers"
+        );
     }
 
     /// Planes taller than one band (rows of the band's edges), vertical

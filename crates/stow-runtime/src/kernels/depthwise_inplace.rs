@@ -134,11 +134,44 @@ pub fn run(
         return;
     }
     let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+    let plane_bias = |p: usize| bias_at(bias, p % s.groups);
+    // Sixteen planes at a time, each block's input read whole before its
+    // output is written: no temporary, and the roles' signals per block.
+    #[cfg(target_arch = "x86_64")]
+    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s) {
+        let read = |end: usize| {
+            if let (Role::Counts, Some(progress)) = (&role, progress) {
+                progress.store(end, Ordering::Release);
+            }
+        };
+        let store = |end: usize| {
+            if let (Role::Waits, Some(progress)) = (&role, progress) {
+                wait_for(progress, (end * op).div_ceil(ip));
+            }
+        };
+        let done = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+            let planes = planes.clone();
+            super::depthwise_lanes::run(
+                &lanes,
+                s,
+                x,
+                w,
+                plane_bias,
+                out,
+                planes,
+                0,
+                finish,
+                (read, store),
+            )
+        }));
+        if done {
+            return;
+        }
+    }
     let plane = op;
     let Some(temp) = temp.get(..plane) else {
         return;
     };
-    let plane_bias = |p: usize| bias_at(bias, p % s.groups);
     let place = |p: usize| {
         if let (Role::Waits, Some(progress)) = (&role, progress) {
             wait_for(progress, ((p + 1) * op).div_ceil(ip));

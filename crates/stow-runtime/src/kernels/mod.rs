@@ -16,6 +16,8 @@ pub mod cells;
 pub mod contract;
 mod depthwise;
 pub mod depthwise_inplace;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_lanes;
 mod direct;
 pub mod elementwise;
 pub mod float;
@@ -33,6 +35,8 @@ pub mod qpointwise;
 pub mod quant;
 pub mod recurrent;
 pub mod sample;
+#[cfg(target_arch = "x86_64")]
+mod transpose16;
 
 pub mod prepacked;
 mod prepare;

@@ -307,33 +307,11 @@ unsafe fn to_planes(sums: &Sums, count: usize, planar: &mut Sums) {
     let dst = planar.0.as_mut_ptr().cast::<i32>();
     for p0 in (0..count.min(OUT_CAP)).step_by(16) {
         let r: [__m512i; 16] = core::array::from_fn(|i| _mm512_load_si512(src.add(p0 + i)));
-        let mut t = [_mm512_setzero_si512(); 16];
-        for i in 0..8 {
-            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-        }
-        // u[4i + j], lane k: rows 4i..4i + 3 of column 4k + j.
-        let mut u = [_mm512_setzero_si512(); 16];
-        for i in 0..4 {
-            u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-            u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-            u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-            u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-        }
-        for j in 0..4 {
-            let v0 = _mm512_shuffle_i32x4::<0x44>(u[j], u[4 + j]);
-            let v1 = _mm512_shuffle_i32x4::<0xee>(u[j], u[4 + j]);
-            let v2 = _mm512_shuffle_i32x4::<0x44>(u[8 + j], u[12 + j]);
-            let v3 = _mm512_shuffle_i32x4::<0xee>(u[8 + j], u[12 + j]);
-            let cols = [
-                (j, _mm512_shuffle_i32x4::<0x88>(v0, v2)),
-                (4 + j, _mm512_shuffle_i32x4::<0xdd>(v0, v2)),
-                (8 + j, _mm512_shuffle_i32x4::<0x88>(v1, v3)),
-                (12 + j, _mm512_shuffle_i32x4::<0xdd>(v1, v3)),
-            ];
-            for (c, v) in cols {
-                _mm512_storeu_si512(dst.add(c * OUT_CAP + p0).cast(), v);
-            }
+        for (c, v) in crate::kernels::transpose16::transpose16(r)
+            .into_iter()
+            .enumerate()
+        {
+            _mm512_storeu_si512(dst.add(c * OUT_CAP + p0).cast(), v);
         }
     }
 }
