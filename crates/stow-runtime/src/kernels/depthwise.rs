@@ -56,7 +56,7 @@ pub(super) fn depthwise(
     finish: Finish,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s) {
+    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s, false) {
         let none = (|_| {}, |_| {});
         let (bias, planes) = (&bias, planes.clone());
         if super::depthwise_lanes::run(&lanes, s, x, weight, bias, out, planes, first, finish, none)
@@ -738,8 +738,9 @@ mod tests {
     }
 
     /// The lanes path against the bands (fused), to the bit, and against
-    /// the definition: random small planes, kernels 1–7 wide, strides 1–2,
-    /// dilations, asymmetric padding, 1–40 planes (short last blocks,
+    /// the definition: random planes, kernels 1–7 wide, strides 1–2,
+    /// dilations, asymmetric padding, planes up to 70 wide (strips of rows
+    /// through the ring), 1–40 planes (short last blocks,
     /// planes of two images), every finish, a sub-range of the planes
     /// written from a plane other than 0.
     #[cfg(target_arch = "x86_64")]
@@ -767,13 +768,15 @@ mod tests {
             Finish::Silu,
             Finish::HardSwish,
         ];
-        let (mut cases, mut fixed, mut tried) = (0, 0, 0);
+        let (mut cases, mut fixed, mut striped, mut tried) = (0, 0, 0, 0);
         while cases < 400 {
             tried += 1;
             assert!(tried < 100_000, "too few shapes take the lanes path");
             let k = [1, 2, 3, 3, 5, 5, 7][below(7)];
+            // Small planes (one strip) and wide ones (strips of rows).
+            let side = [16, 16, 70][below(3)];
             let case = Case {
-                input: [1, 1 + below(16), 1 + below(16)],
+                input: [1, 1 + below(side), 1 + below(side)],
                 kernel: [1, if below(4) == 0 { 1 + below(5) } else { k }, k],
                 strides: [1, 1 + below(2), 1 + below(2)],
                 dilations: [
@@ -791,7 +794,7 @@ mod tests {
             let channels = 1 + below(24);
             let mut s = shape(&case, channels);
             s.batch = 1 + below(2);
-            let Some(lanes) = Lanes::of(&s) else {
+            let Some(lanes) = Lanes::of(&s, false) else {
                 continue;
             };
             let w = &s.window;
@@ -863,6 +866,7 @@ mod tests {
                     );
                 }
             }
+            striped += usize::from(lanes.strip() < w.output[1]);
             fixed += usize::from(
                 matches!((case.kernel[1], case.kernel[2]), (3, 3) | (5, 5))
                     && case.dilations[2] == 1,
@@ -873,6 +877,7 @@ mod tests {
             fixed > 50,
             "{fixed} cases with the windows held in registers"
         );
+        assert!(striped > 50, "{striped} cases in strips of rows");
     }
 
     /// Planes taller than one band (rows of the band's edges), vertical

@@ -138,7 +138,7 @@ pub fn run(
     // Sixteen planes at a time, each block's input read whole before its
     // output is written: no temporary, and the roles' signals per block.
     #[cfg(target_arch = "x86_64")]
-    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s) {
+    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s, true) {
         let read = |end: usize| {
             if let (Role::Counts, Some(progress)) = (&role, progress) {
                 progress.store(end, Ordering::Release);
@@ -298,6 +298,7 @@ mod tests {
     fn in_place_matches_out_of_place() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let (mut cases, mut strided, mut parallel_cases, mut shrinking) = (0, 0, 0, 0);
+        let (mut lanes_cases, mut striped) = (0, 0);
         while cases < 300 {
             let Some(s) = random_shape(&mut rng) else {
                 continue;
@@ -371,6 +372,19 @@ mod tests {
             strided += usize::from(w.strides.contains(&2));
             parallel_cases += usize::from(parallel(&s));
             shrinking += usize::from(parallel(&s) && !same);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(lanes) = crate::kernels::depthwise_lanes::Lanes::of(&s, true) {
+                lanes_cases += 1;
+                striped += usize::from(lanes.strip() < w.output[1]);
+            }
+        }
+        // On a CPU with AVX-512 the lanes kernel takes many of the cases,
+        // some of them in strips of rows (each written over rows read).
+        if crate::kernels::gemm::Isa::detect() == crate::kernels::gemm::Isa::Avx512 {
+            assert!(
+                lanes_cases > 100 && striped > 10,
+                "{lanes_cases} by lanes, {striped} in strips"
+            );
         }
         assert!(
             strided > 50 && parallel_cases > 50 && shrinking > 20,
