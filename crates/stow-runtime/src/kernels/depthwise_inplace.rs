@@ -135,43 +135,7 @@ pub fn run(
     }
     let (ip, op) = (s.window.input_plane(), s.window.output_plane());
     let plane_bias = |p: usize| bias_at(bias, p % s.groups);
-    // Sixteen planes at a time, each block's input read whole before its
-    // output is written: no temporary, and the roles' signals per block.
-    #[cfg(target_arch = "x86_64")]
-    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s, true) {
-        let read = |end: usize| {
-            if let (Role::Counts, Some(progress)) = (&role, progress) {
-                progress.store(end, Ordering::Release);
-            }
-        };
-        let store = |end: usize| {
-            if let (Role::Waits, Some(progress)) = (&role, progress) {
-                wait_for(progress, (end * op).div_ceil(ip));
-            }
-        };
-        let done = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            let planes = planes.clone();
-            super::depthwise_lanes::run(
-                &lanes,
-                s,
-                x,
-                w,
-                plane_bias,
-                out,
-                planes,
-                0,
-                finish,
-                (read, store),
-            )
-        }));
-        if done {
-            return;
-        }
-    }
     let plane = op;
-    let Some(temp) = temp.get(..plane) else {
-        return;
-    };
     let place = |p: usize| {
         if let (Role::Waits, Some(progress)) = (&role, progress) {
             wait_for(progress, ((p + 1) * op).div_ceil(ip));
@@ -183,29 +147,103 @@ pub fn run(
             progress.store(p + 1, Ordering::Release);
         }
     };
-    // The same steps per plane as the loop below, with the band set up
-    // once.
-    let through = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-        super::depthwise::depthwise_through(
-            s,
-            x,
-            w,
-            plane_bias,
-            temp,
-            planes.clone(),
-            finish,
-            place,
-        )
-    }));
-    if through {
+    // The bands, one plane at a time through the temporary.
+    let by_bands = |planes: Range<usize>| {
+        if planes.is_empty() || temp.len() < plane {
+            return;
+        }
+        let temp = &temp[..plane];
+        // The same steps per plane as the loop below, with the band set up
+        // once.
+        let through = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+            super::depthwise::depthwise_through(
+                s,
+                x,
+                w,
+                plane_bias,
+                temp,
+                planes.clone(),
+                finish,
+                place,
+            )
+        }));
+        if through {
+            return;
+        }
+        for p in planes {
+            crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+                super::depthwise::depthwise(s, x, w, plane_bias, temp, p..p + 1, p, finish)
+            }));
+            place(p);
+        }
+    };
+    // Sixteen planes at a time, each block's output written over input
+    // rows or planes already read: no temporary, and the roles' signals
+    // per block. Planes before `from` take the bands.
+    #[cfg(target_arch = "x86_64")]
+    if let Some((lanes, from)) = lanes_from(s, &planes, &role) {
+        by_bands(planes.start..from);
+        let read = |end: usize| {
+            if let (Role::Counts, Some(progress)) = (&role, progress) {
+                progress.store(end, Ordering::Release);
+            }
+        };
+        let store = |end: usize| {
+            if let (Role::Waits, Some(progress)) = (&role, progress) {
+                wait_for(progress, (end * op).div_ceil(ip));
+            }
+        };
+        let done = crate::with_load!(x, |x| crate::with_load!(weight, |w| {
+            super::depthwise_lanes::run(
+                &lanes,
+                s,
+                x,
+                w,
+                plane_bias,
+                out,
+                from..planes.end,
+                0,
+                finish,
+                (read, store),
+            )
+        }));
+        if !done {
+            by_bands(from..planes.end);
+        }
         return;
     }
-    for p in planes {
-        crate::with_load!(x, |x| crate::with_load!(weight, |w| {
-            super::depthwise::depthwise(s, x, w, plane_bias, temp, p..p + 1, p, finish)
-        }));
-        place(p);
+    by_bands(planes);
+}
+
+/// The lanes kernel's layout for this share's planes and the first of
+/// them it takes (`None`: the bands take them all). A block of planes
+/// `[a, b)` may be written in strips, before its own input is read whole,
+/// where its output lands on input planes already read: on rows already
+/// read of its own planes (`Lanes::of` in place), on share 0's planes
+/// that a waiting share waits for, or below plane `a` once `b·OP ≤ a·IP`,
+/// which at stride 2 (`OP ≈ IP/4`) holds from plane 6 on: the first
+/// planes take the bands.
+#[cfg(target_arch = "x86_64")]
+fn lanes_from(
+    s: &ConvShape,
+    planes: &Range<usize>,
+    role: &Role,
+) -> Option<(super::depthwise_lanes::Lanes, usize)> {
+    if let Some(lanes) = super::depthwise_lanes::Lanes::of(s, true) {
+        return Some((lanes, planes.start));
     }
+    let (ip, op) = (s.window.input_plane(), s.window.output_plane());
+    if op >= ip {
+        return None;
+    }
+    let lanes = super::depthwise_lanes::Lanes::of(s, false)?;
+    let from = if *role == Role::Waits {
+        planes.start
+    } else {
+        // The first `a` with `(a + 16)·OP ≤ a·IP`.
+        planes.start.max((16 * op).div_ceil(ip - op))
+    };
+    Some((lanes, from.min(planes.end)))
 }
 
 #[cfg(test)]
@@ -298,7 +336,7 @@ mod tests {
     fn in_place_matches_out_of_place() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let (mut cases, mut strided, mut parallel_cases, mut shrinking) = (0, 0, 0, 0);
-        let (mut lanes_cases, mut striped) = (0, 0);
+        let (mut lanes_cases, mut striped, mut mixed) = (0, 0, 0);
         while cases < 300 {
             let Some(s) = random_shape(&mut rng) else {
                 continue;
@@ -373,17 +411,23 @@ mod tests {
             parallel_cases += usize::from(parallel(&s));
             shrinking += usize::from(parallel(&s) && !same);
             #[cfg(target_arch = "x86_64")]
-            if let Some(lanes) = crate::kernels::depthwise_lanes::Lanes::of(&s, true) {
-                lanes_cases += 1;
-                striped += usize::from(lanes.strip() < w.output[1]);
+            {
+                use crate::kernels::depthwise_lanes::Lanes;
+                if let Some(lanes) = Lanes::of(&s, true) {
+                    lanes_cases += 1;
+                    striped += usize::from(lanes.strip() < w.output[1]);
+                } else if Lanes::of(&s, false).is_some() && !same && planes > 7 {
+                    mixed += 1;
+                }
             }
         }
         // On a CPU with AVX-512 the lanes kernel takes many of the cases,
-        // some of them in strips of rows (each written over rows read).
+        // some of them in strips of rows (each written over rows read),
+        // some after the bands took the first planes.
         if crate::kernels::gemm::Isa::detect() == crate::kernels::gemm::Isa::Avx512 {
             assert!(
-                lanes_cases > 100 && striped > 10,
-                "{lanes_cases} by lanes, {striped} in strips"
+                lanes_cases > 100 && striped > 10 && mixed > 10,
+                "{lanes_cases} by lanes, {striped} in strips, {mixed} after bands"
             );
         }
         assert!(
