@@ -350,33 +350,26 @@ impl VecClamp {
     #[inline(always)]
     #[allow(unsafe_code)]
     unsafe fn apply(self, a: __m512) -> __m512 {
+        // No closures: they would be compiled outside the AVX-512 code.
         if self.max_first {
-            self.min(self.max(a))
+            keep_or::<_CMP_LE_OQ>(self.hi, keep_or::<_CMP_GE_OQ>(self.lo, a))
         } else {
-            self.max(self.min(a))
+            keep_or::<_CMP_GE_OQ>(self.lo, keep_or::<_CMP_LE_OQ>(self.hi, a))
         }
     }
+}
 
-    /// # Safety
-    /// AVX-512 F.
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    unsafe fn max(self, a: __m512) -> __m512 {
-        match self.lo {
-            Some(lo) => _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, lo), lo, a),
-            None => a,
-        }
-    }
-
-    /// # Safety
-    /// AVX-512 F.
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    unsafe fn min(self, a: __m512) -> __m512 {
-        match self.hi {
-            Some(hi) => _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, hi), hi, a),
-            None => a,
-        }
+/// `a` where it compares to `bound` by `CMP` (false for a NaN), else the
+/// bound; `a` when there is no bound.
+///
+/// # Safety
+/// AVX-512 F.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn keep_or<const CMP: i32>(bound: Option<__m512>, a: __m512) -> __m512 {
+    match bound {
+        Some(b) => _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<CMP>(a, b), b, a),
+        None => a,
     }
 }
 
