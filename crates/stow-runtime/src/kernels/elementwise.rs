@@ -351,9 +351,17 @@ fn map_chunks(src: impl Load<f32>, out: &[Cell<f32>], f: impl Fn(f32) -> f32) {
     }
 }
 
-/// Dispatches [`logistic_row`] to a copy compiled for AVX2 and FMA where
-/// the CPU has them (8 lanes instead of SSE's 4).
+/// Dispatches [`logistic_row`] to a copy compiled for AVX-512 or for AVX2
+/// and FMA where the CPU has them (16 or 8 lanes instead of SSE's 4; the
+/// same operations, so the same bits).
 pub(crate) fn logistic_rows<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::Isa::detect() == super::gemm::Isa::Avx512 {
+        // SAFETY: the function only needs AVX-512 F, AVX2 and FMA, which
+        // `Isa::detect` checked at run time.
+        #[allow(unsafe_code)]
+        return unsafe { logistic_row_avx512::<SILU>(src, out) };
+    }
     #[cfg(target_arch = "x86_64")]
     if super::gemm::fma_available() {
         // SAFETY: the function only needs the CPU to have AVX2 and FMA,
@@ -367,6 +375,12 @@ pub(crate) fn logistic_rows<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn logistic_row_avx2<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
+    logistic_row::<SILU>(src, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn logistic_row_avx512<const SILU: bool>(src: impl Load<f32>, out: &[Cell<f32>]) {
     logistic_row::<SILU>(src, out)
 }
 
