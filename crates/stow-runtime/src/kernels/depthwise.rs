@@ -1,6 +1,11 @@
 //! Depthwise convolution (one input and one output channel per group):
 //! no product to pack for, so it runs directly on the image.
 //!
+//! With AVX-512, a 2-d convolution of strides 1–2 goes to
+//! `depthwise_lanes` first (sixteen planes across vector lanes); the
+//! bands below are the path of other CPUs and shapes, and the sums the
+//! lanes reproduce to the bit.
+//!
 //! The fast path copies a band of the input plane into a zero-padded
 //! buffer on the stack, split into its stride phases (rows and columns
 //! by their remainder modulo the stride), so that every tap of the band's
