@@ -134,6 +134,21 @@ fn the_profile_accounts_for_every_step() {
         slowest.iter().all(|s| types.iter().any(|t| t == s.2)),
         "{text}"
     );
+    // `--profile-steps 0` lists every step once, in the bundle's order.
+    let o = run(
+        &bundle,
+        &["--profile", "--profile-steps", "0", "--repeat", "3"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let listed: Vec<usize> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("every step"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with("step "))
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(listed, (0..steps).collect::<Vec<_>>(), "{text}");
 }
 
 #[test]

@@ -139,6 +139,7 @@ fn gemm_gflops(n: usize, repeat: usize) -> f64 {
         cs: 1,
         finish: Default::default(),
         start: gemm::Start::Add,
+        residual: None,
     };
     let secs = best(repeat, || gemm::gemm(n, n, n, &pa, &pb, &dst, &scratch));
     (2 * n * n * n) as f64 / secs / 1e9

@@ -311,6 +311,7 @@ impl<'b> Session<'b> {
             });
         }
         kernels::fuse_clamps(&mut steps, &contents.outputs);
+        kernels::fuse_residuals(&mut steps, &contents.outputs);
         kernels::fuse_activations(&mut steps, &contents.outputs);
         kernels::fuse_dequantized(&mut steps, &contents.outputs);
         kernels::fuse_nan_selects(&mut steps, &contents.outputs);

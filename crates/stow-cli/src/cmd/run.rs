@@ -39,6 +39,10 @@ pub struct Args {
     /// the runs; give `--repeat` 10 or more for steady figures).
     #[arg(long)]
     pub profile: bool,
+    /// How many of the slowest steps `--profile` lists (0: every step, in
+    /// the bundle's order).
+    #[arg(long, value_name = "N", default_value_t = 15, requires = "profile")]
+    pub profile_steps: usize,
     /// Also run the ONNX model the bundle was compiled from with tract on
     /// the same inputs, and fail when an output differs by more than
     /// `--tolerance`.
@@ -206,12 +210,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Steps listed by `--profile`, slowest first.
-const SLOWEST: usize = 15;
-
 /// The `--profile` report from each step's times over the runs: the
-/// median per step, summed per operator type, and the slowest steps.
-fn profile(bundle: &Bundle, step_times: Vec<Vec<Duration>>) -> String {
+/// median per step, summed per operator type, and the `listed` slowest
+/// steps (all of them in the bundle's order when `listed` is 0).
+fn profile(bundle: &Bundle, step_times: Vec<Vec<Duration>>, listed: usize) -> String {
     let contents = bundle.contents();
     let medians: Vec<f64> = step_times
         .into_iter()
@@ -244,9 +246,14 @@ fn profile(bundle: &Bundle, step_times: Vec<Vec<Duration>>) -> String {
         );
     }
     let mut order: Vec<usize> = (0..medians.len()).collect();
-    order.sort_by(|&a, &b| medians[b].total_cmp(&medians[a]));
-    say!(out, "slowest steps (median):");
-    for &i in order.iter().take(SLOWEST) {
+    if listed == 0 {
+        say!(out, "every step (median):");
+    } else {
+        order.sort_by(|&a, &b| medians[b].total_cmp(&medians[a]));
+        order.truncate(listed);
+        say!(out, "slowest steps (median):");
+    }
+    for &i in &order {
         let op = &contents.ops[i];
         let shape = op
             .outputs
@@ -328,7 +335,7 @@ pub fn run(args: Args) -> Result<()> {
         if args.threads == 1 { "" } else { "s" }
     );
     if args.profile {
-        report.push_str(&profile(&bundle, step_times));
+        report.push_str(&profile(&bundle, step_times, args.profile_steps));
     }
     for (name, t) in &outs {
         say!(

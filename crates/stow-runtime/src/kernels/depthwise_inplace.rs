@@ -366,7 +366,7 @@ mod tests {
                 Src::Weight(&weight),
                 Some(Src::Weight(&bias)),
                 &want,
-                finish,
+                (finish, None),
                 &[],
                 (0, 1),
             );

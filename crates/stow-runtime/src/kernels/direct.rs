@@ -203,7 +203,8 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
         let nc = NC.min(end - j0);
         for p0 in (0..k).step_by(kc) {
             let kcb = kc.min(k - p0);
-            let finish = c.finish.at(p0 + kcb == k);
+            let c = &c.at_block(p0 + kcb == k);
+            let finish = c.finish;
             let block = base + p0 * m;
             let short = m % MR;
             if short != 0 && last == m {
@@ -622,7 +623,7 @@ mod tests {
                         (Some(&panels), direct),
                         (Src::Weight(&x), Src::Weight(&w), Some(Src::Weight(&bias))),
                         &out,
-                        finish,
+                        (finish, None),
                         &scratch,
                         (part, parts),
                     );

@@ -202,7 +202,7 @@ fn finish_of<'s>(step: &'s mut Step<'_>, stays: bool) -> Option<&'s mut Finish> 
         return None;
     }
     match &mut step.kernel {
-        Kernel::Conv(_, _, finish) => Some(finish),
+        Kernel::Conv(_, _, finish, _) => Some(finish),
         Kernel::DepthwiseInPlace(_, finish) if stays => Some(finish),
         Kernel::MatMul(mm) => mm.writes_apart().then_some(&mut mm.finish),
         _ => None,
@@ -233,16 +233,107 @@ fn activation_of(step: &Step<'_>) -> Option<Finish> {
     }
 }
 
+/// The residual flag of a step that can add a tensor laid out as its
+/// output to each complete sum, before its finish: a convolution that is
+/// not depthwise (the depthwise kernels finish whole planes) or a matrix
+/// product whose batch positions write apart, with a depth to sum over
+/// (an empty one leaves the output as its bias or zero, untouched by the
+/// last block), no finish yet and no residual yet.
+fn residual_of<'s>(step: &'s mut Step<'_>) -> Option<&'s mut bool> {
+    if step.outputs.len() != 1 || step.outputs[0].dtype != DType::F32 {
+        return None;
+    }
+    match &mut step.kernel {
+        Kernel::Conv(s, _, Finish::Keep, residual) if !s.depthwise() && s.k() > 0 => Some(residual),
+        Kernel::MatMul(mm) if mm.finish == Finish::Keep && mm.writes_apart() && mm.mnk[2] > 0 => {
+            Some(&mut mm.residual)
+        }
+        _ => None,
+    }
+    .filter(|residual| !**residual)
+}
+
+/// Merges each `Add` of two f32 tensors of one layout, one of them a
+/// convolution's or product's output read by it alone (a residual
+/// connection: resnet's blocks end in one), into that step: the product
+/// adds the other tensor to each sum as it completes, while the tile is
+/// in registers' reach, and writes the `Add`'s output. The product's sum
+/// plus the residual is the `Add`'s own addition (the order of its two
+/// operands does not change a bit), so the bytes are the two steps'. The
+/// residual must stay intact while the product runs: clear of its output,
+/// its scratch and the `Add`'s output (the product stores partial sums
+/// there between depth blocks).
+pub(crate) fn fuse_residuals(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
+    let readers = readers(steps);
+    for i in 1..steps.len() {
+        let (first, second) = (&steps[i - 1], &steps[i]);
+        let Kernel::Binary(BinOp::Add, walk) = &second.kernel else {
+            continue;
+        };
+        let ([own], [a, b], [o]) = (
+            first.outputs.as_slice(),
+            second.inputs.as_slice(),
+            second.outputs.as_slice(),
+        ) else {
+            continue;
+        };
+        let r = if a.id == own.id && b.id != own.id {
+            b
+        } else if b.id == own.id && a.id != own.id {
+            a
+        } else {
+            continue;
+        };
+        let one_layout = [own, r, o]
+            .iter()
+            .all(|x| x.dtype == DType::F32 && x.len == o.len)
+            && walk.strides.iter().all(|s| s[0] == s[1] && s[1] == s[2]);
+        let Some(r_bytes) = bytes(r) else {
+            continue;
+        };
+        let scratch = first
+            .planned
+            .map(|(at, threads)| at..at + threads * first.scratch * 4);
+        let clear = [bytes(own), bytes(o), scratch]
+            .iter()
+            .flatten()
+            .all(|w| !overlap(w, &r_bytes));
+        if !one_layout
+            || !clear
+            || readers.get(&own.id) != Some(&1)
+            || graph_outputs.contains(&own.id)
+            || !may_write(first, o, false)
+        {
+            continue;
+        }
+        let (r, outputs) = (r.clone(), second.outputs.clone());
+        let Some(residual) = residual_of(&mut steps[i - 1]) else {
+            continue;
+        };
+        *residual = true;
+        steps[i - 1].inputs.push(r);
+        steps[i - 1].outputs = outputs;
+        steps[i].kernel = Kernel::Nothing;
+    }
+}
+
 /// Merges each clamp (after [`fuse_clamps`]), lone `Max`/`Min` with a
 /// constant, `Sigmoid`, `Silu` or `HardSwish` into the convolution or
-/// product that feeds it (see the module's note).
+/// product that feeds it (see the module's note), past the steps merged
+/// away before (a residual `Add` between the product and a `Relu`).
 pub(crate) fn fuse_activations(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
     let readers = readers(steps);
     for i in 1..steps.len() {
         let Some(activation) = activation_of(&steps[i]) else {
             continue;
         };
-        let (first, second) = (&steps[i - 1], &steps[i]);
+        let Some(p) = (0..i)
+            .rev()
+            .find(|&p| !matches!(steps[p].kernel, Kernel::Nothing))
+        else {
+            continue;
+        };
+        let (first, second) = (&steps[p], &steps[i]);
         let x = &second.inputs[0];
         if !feeds_only(first, second, &readers, graph_outputs)
             || x.len != second.outputs[0].len
@@ -252,14 +343,14 @@ pub(crate) fn fuse_activations(steps: &mut [Step<'_>], graph_outputs: &[u32]) {
         }
         let stays = bytes(&second.outputs[0]) == first.outputs.first().and_then(bytes);
         let outputs = second.outputs.clone();
-        let Some(finish) = finish_of(&mut steps[i - 1], stays) else {
+        let Some(finish) = finish_of(&mut steps[p], stays) else {
             continue;
         };
         if *finish != Finish::Keep {
             continue;
         }
         *finish = activation;
-        steps[i - 1].outputs = outputs;
+        steps[p].outputs = outputs;
         steps[i].kernel = Kernel::Nothing;
     }
 }

@@ -461,6 +461,7 @@ impl Start<'_> {
 }
 
 /// The destination: element `(i, j)` of C is `data[offset + i * rs + j * cs]`.
+#[derive(Clone, Copy)]
 pub struct Dst<'a> {
     /// The storage.
     pub data: &'a [Cell<f32>],
@@ -474,6 +475,25 @@ pub struct Dst<'a> {
     pub finish: Finish,
     /// Whether the first depth block adds into C or stores over it.
     pub start: Start<'a>,
+    /// A tensor laid out as C (a residual connection's other operand)
+    /// added to each element with the last depth block's sum, before the
+    /// finish: `finish((c + tile) + residual)`, the product's and the
+    /// `Add` step's own additions in their order.
+    pub residual: Option<&'a [Cell<f32>]>,
+}
+
+impl<'a> Dst<'a> {
+    /// C as the depth block that completes the sums (`last`) meets it,
+    /// finish and residual included, or as an earlier block does, without
+    /// them.
+    #[inline(always)]
+    pub fn at_block(&self, last: bool) -> Dst<'a> {
+        Dst {
+            finish: self.finish.at(last),
+            residual: self.residual.filter(|_| last),
+            ..*self
+        }
+    }
 }
 
 /// `C[m × n] += A[m × k] · B[k × n]` (or `=`, plus a bias, with
@@ -533,7 +553,8 @@ pub fn gemm_cols(
         for p0 in (0..k).step_by(kc_block) {
             let kc = kc_block.min(k - p0);
             b.pack(p0, kc, j0, nc, bpack);
-            let finish = c.finish.at(p0 + kc == k);
+            let c = &c.at_block(p0 + kc == k);
+            let finish = c.finish;
             for i0 in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - i0);
                 a.pack(i0, mc, p0, kc, apack);
@@ -635,6 +656,7 @@ mod tests {
                 cs: 1,
                 finish: Default::default(),
                 start: Start::Add,
+                residual: None,
             };
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
             gemm(m, n, k, &sa, &sb, &dst, s);
@@ -651,6 +673,7 @@ mod tests {
                 cs: m,
                 finish: Default::default(),
                 start: Start::Add,
+                residual: None,
             };
             gemm(m, n, k, &sa, &sb, &dst, s);
             let back: Vec<f32> = (0..m * n).map(|i| ct[(i % n) * m + i / n]).collect();
@@ -708,6 +731,7 @@ mod tests {
                                 cs: 1,
                                 finish,
                                 start: Start::Add,
+                                residual: None,
                             };
                             let end = (start, finish);
                             if pair {

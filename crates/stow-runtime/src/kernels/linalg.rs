@@ -438,8 +438,9 @@ pub(crate) fn fill_bias(
 }
 
 /// Convolution of `x` (N·C·H·W) with `weight` (O·I/g·KH·KW) plus `bias`,
-/// each output then through `finish`: the share `part` of `parts`
-/// (output columns; planes for depthwise).
+/// plus `residual` (laid out as `out`) where given, each output then
+/// through `finish`: the share `part` of `parts` (output columns; planes
+/// for depthwise, which take no residual).
 #[allow(clippy::too_many_arguments)]
 pub fn conv(
     s: &ConvShape,
@@ -448,7 +449,7 @@ pub fn conv(
     weight: Src<'_, f32>,
     bias: Option<Src<'_, f32>>,
     out: &[Cell<f32>],
-    finish: Finish,
+    (finish, residual): (Finish, Option<&[Cell<f32>]>),
     scratch: &[Cell<f32>],
     share: (usize, usize),
 ) {
@@ -458,7 +459,7 @@ pub fn conv(
         (packed, direct),
         (x, weight, bias),
         out,
-        finish,
+        (finish, residual),
         scratch,
         share,
     )
@@ -472,11 +473,15 @@ pub(super) fn conv_as(
     (packed, direct): (Option<&Panels>, Option<super::gemm::Isa>),
     (x, weight, bias): (Src<'_, f32>, Src<'_, f32>, Option<Src<'_, f32>>),
     out: &[Cell<f32>],
-    finish: Finish,
+    (finish, residual): (Finish, Option<&[Cell<f32>]>),
     scratch: &[Cell<f32>],
     (part, parts): (usize, usize),
 ) {
     if s.depthwise() {
+        debug_assert!(
+            residual.is_none(),
+            "a residual merged into a depthwise step"
+        );
         let planes = s.batch * s.groups;
         let per = planes.div_ceil(parts.max(1));
         let (p0, p1) = ((part * per).min(planes), ((part + 1) * per).min(planes));
@@ -511,6 +516,7 @@ pub(super) fn conv_as(
                 // The first depth block writes bias + sum over the
                 // output, so it is never filled with the bias first.
                 start: Start::Store(bias, g * m),
+                residual,
             };
             crate::with_load!(weight, |wt| crate::with_load!(x, |xs| {
                 let group = Group {
@@ -771,7 +777,7 @@ mod tests {
                 Src::Weight(weight),
                 Some(Src::Weight(bias)),
                 &out,
-                Finish::Keep,
+                (Finish::Keep, None),
                 &scratch,
                 (part, parts),
             );
@@ -983,7 +989,7 @@ mod tests {
                             Src::Weight(&weight),
                             Some(Src::Weight(&bias)),
                             &fused,
-                            finish,
+                            (finish, None),
                             &scratch,
                             (part, parts),
                         );
@@ -1003,7 +1009,7 @@ mod tests {
                         Src::Weight(&weight),
                         Some(Src::Weight(&bias)),
                         &fused,
-                        Finish::Clamp(clamp),
+                        (Finish::Clamp(clamp), None),
                         &scratch,
                         (part, parts),
                     );
@@ -1037,7 +1043,7 @@ mod tests {
                         Src::Weight(&packed_weight),
                         Some(Src::Weight(&bias)),
                         &again,
-                        Finish::Keep,
+                        (Finish::Keep, None),
                         &scratch,
                         (part, parts),
                     );
@@ -1056,7 +1062,7 @@ mod tests {
                             Src::Weight(&packed_weight),
                             Some(Src::Weight(&bias)),
                             &again,
-                            finish,
+                            (finish, None),
                             &scratch,
                             (part, parts),
                         );

@@ -42,13 +42,17 @@ pub mod prepacked;
 mod prepare;
 #[cfg(test)]
 mod product_tests;
+#[cfg(test)]
+mod residual_tests;
 mod run;
 #[cfg(test)]
 mod split_tests;
 #[cfg(test)]
 mod testing;
 
-pub(crate) use fuse::{fuse_activations, fuse_clamps, fuse_dequantized, fuse_nan_selects};
+pub(crate) use fuse::{
+    fuse_activations, fuse_clamps, fuse_dequantized, fuse_nan_selects, fuse_residuals,
+};
 pub use prepare::{
     marked_panels, operand, packable, packed_attr, planned_scratch_threads, prepare,
     scratch_floats, IN_PLACE_ATTR, SCRATCH_ATTR, SCRATCH_BUDGET_ATTR,
@@ -264,6 +268,9 @@ pub struct MatMul {
     pub swapped: bool,
     /// An activation merged into the product at setup (`fuse`).
     pub finish: gemm::Finish,
+    /// A residual `Add` merged into the product at setup: the step's last
+    /// input is added to each complete sum before the finish.
+    pub residual: bool,
 }
 
 impl MatMul {
@@ -361,8 +368,10 @@ pub enum Kernel {
         column_major: bool,
     },
     /// Convolution; its kernel weight in panels when packed at compile
-    /// time (`stow.packed`), and an activation merged into it at setup.
-    Conv(ConvShape, Option<prepacked::Panels>, gemm::Finish),
+    /// time (`stow.packed`), an activation merged into it at setup, and
+    /// whether a residual `Add` was merged too (`true`: the step's last
+    /// input is added to each complete sum before the activation).
+    Conv(ConvShape, Option<prepacked::Panels>, gemm::Finish, bool),
     /// Depthwise convolution writing over its own input
     /// ([`depthwise_inplace`]): the output starts where the input does;
     /// an activation merged into it at setup.

@@ -343,7 +343,8 @@ pub fn gemm_left<L: Load<f32>>(
         for p0 in (0..k).step_by(kc) {
             let kcb = kc.min(k - p0);
             b.pack(p0, kcb, j0, nc, bpack);
-            let finish = c.finish.at(p0 + kcb == k);
+            let c = &c.at_block(p0 + kcb == k);
+            let finish = c.finish;
             let block = base + p0 * m;
             let short = m % MR;
             if short != 0 && last == m {
@@ -436,7 +437,8 @@ pub fn gemm_right<L: Load<f32>>(
         for p0 in (0..k).step_by(kc) {
             let kcb = kc.min(k - p0);
             let block = p0 * n;
-            let finish = c.finish.at(p0 + kcb == k);
+            let c = &c.at_block(p0 + kcb == k);
+            let finish = c.finish;
             let has_tail = short != 0 && j0 + nc == n;
             if has_tail {
                 let at = block + (n - short) * kcb;
@@ -579,6 +581,7 @@ mod tests {
                 cs: 1,
                 finish: Default::default(),
                 start: Start::Add,
+                residual: None,
             };
             let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -604,6 +607,7 @@ mod tests {
                         cs: 1,
                         finish: Default::default(),
                         start: Start::Add,
+                        residual: None,
                     };
                     let mut scratch = vec![0f32; floats];
                     let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -661,6 +665,7 @@ mod tests {
                     cs: 1,
                     finish: Default::default(),
                     start: Start::Add,
+                    residual: None,
                 };
                 let mut scratch = vec![0f32; unpacked_scratch(m, n, k)];
                 let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -689,6 +694,7 @@ mod tests {
                             cs: 1,
                             finish: Default::default(),
                             start: Start::Add,
+                            residual: None,
                         };
                         let mut scratch = vec![0f32; floats];
                         let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();
@@ -825,6 +831,7 @@ mod tests {
                                 cs,
                                 finish,
                                 start,
+                                residual: None,
                             };
                             let mut scratch = vec![0f32; floats];
                             let s = Cell::from_mut(scratch.as_mut_slice()).as_slice_of_cells();

@@ -1252,7 +1252,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     }
     let Some(kc) = packed_depth(op)? else {
         let scratch = budgeted(op, s.scratch_elems());
-        return Ok((Kernel::Conv(s, None, Default::default()), scratch));
+        return Ok((Kernel::Conv(s, None, Default::default(), false), scratch));
     };
     want(!s.depthwise(), || {
         "a depthwise convolution's kernel cannot be packed".into()
@@ -1267,7 +1267,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
         kc,
     };
     let scratch = packed_scratch(op, &p, s.n())?;
-    Ok((Kernel::Conv(s, Some(p), Default::default()), scratch))
+    Ok((Kernel::Conv(s, Some(p), Default::default(), false), scratch))
 }
 
 /// A depthwise convolution over its own input: refused unless the output
@@ -1349,7 +1349,7 @@ pub fn marked_panels(
         .attributes
         .retain(|(name, _)| name != SCRATCH_BUDGET_ATTR);
     match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(_, Some(p), _) => Some(p),
+        Kernel::Conv(_, Some(p), ..) => Some(p),
         Kernel::MatMul(mm) => mm.packed,
         Kernel::QProduct(q) => q.packed_weight(),
         _ => None,
@@ -1386,7 +1386,7 @@ pub fn packable(
         name != PACKED_ATTR && name != PACKED_LEFT_ATTR && name != SCRATCH_BUDGET_ATTR
     });
     let kc = match prepare(&trial, &ins, &outs).ok()?.0 {
-        Kernel::Conv(s, None, _) => s.k().clamp(1, gemm::KC),
+        Kernel::Conv(s, None, ..) => s.k().clamp(1, gemm::KC),
         Kernel::MatMul(mm) => mm.mnk[2].clamp(1, gemm::KC),
         // The int8 kernels take the whole depth at once.
         Kernel::QProduct(q) => q.lanes_weight(ins.get(1)?)?.kc,
@@ -1398,7 +1398,7 @@ pub fn packable(
         marked.attributes.push((attr.into(), AttrValue::Int(kc)));
         marked.attributes.sort_by(|a, b| a.0.cmp(&b.0));
         match prepare(&marked, &ins, &outs).ok()?.0 {
-            Kernel::Conv(_, Some(p), _) => Some(p),
+            Kernel::Conv(_, Some(p), ..) => Some(p),
             Kernel::MatMul(mm) => mm.packed,
             Kernel::QProduct(q) => q.packed_weight(),
             _ => None,
@@ -1533,6 +1533,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
             packed: None,
             swapped,
             finish: gemm::Finish::Keep,
+            residual: false,
         }
     } else {
         MatMul {
@@ -1544,6 +1545,7 @@ fn einsum(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel,
             packed: None,
             swapped,
             finish: gemm::Finish::Keep,
+            residual: false,
         }
     };
     let [rows, cols, _] = mm_.mnk;

@@ -474,7 +474,12 @@ pub fn run_part(
             v.dst(&outs[0])?,
         )
         .map_err(Failure::Index)?,
-        Kernel::Conv(s, packed, finish) => {
+        Kernel::Conv(s, packed, finish, residual) => {
+            // A merged residual is the last input, after the bias if any.
+            let (ins, residual) = match (residual, ins.split_last()) {
+                (true, Some((r, rest))) => (rest, Some(v.dst::<f32>(r)?)),
+                _ => (&ins[..], None),
+            };
             let bias = match ins.get(2) {
                 Some(b) => Some(v.src(b)?),
                 None => None,
@@ -486,7 +491,7 @@ pub fn run_part(
                 v.src(&ins[1])?,
                 bias,
                 v.dst(&outs[0])?,
-                *finish,
+                (*finish, residual),
                 scratch,
                 (part, parts),
             )
@@ -626,15 +631,20 @@ pub fn run_part(
         Kernel::QBinary(k) => k.run(v, ins, &outs[0], (part, parts, plane_of(&outs[0])))?,
         Kernel::QGlobalPool(k) => k.run(v, ins, &outs[0])?,
         Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,
-        Kernel::MatMul(mm) => matmul(
-            mm,
-            v.src(&ins[0])?,
-            v.src(&ins[1])?,
-            v.dst(&outs[0])?,
-            scratch,
-            part,
-            parts,
-        ),
+        Kernel::MatMul(mm) => {
+            let residual = match (mm.residual, ins.get(2)) {
+                (true, Some(r)) => Some(v.dst::<f32>(r)?),
+                _ => None,
+            };
+            matmul(
+                mm,
+                (v.src(&ins[0])?, v.src(&ins[1])?),
+                (v.dst(&outs[0])?, residual),
+                scratch,
+                part,
+                parts,
+            )
+        }
     }
     Ok(())
 }
@@ -741,9 +751,8 @@ fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
 
 fn matmul(
     mm: &MatMul,
-    a: Src<'_, f32>,
-    b: Src<'_, f32>,
-    c: &[Cell<f32>],
+    (a, b): (Src<'_, f32>, Src<'_, f32>),
+    (c, residual): (&[Cell<f32>], Option<&[Cell<f32>]>),
     scratch: &[Cell<f32>],
     part: usize,
     parts: usize,
@@ -804,6 +813,7 @@ fn matmul(
                 cs: mm.c[1],
                 finish: mm.finish,
                 start,
+                residual,
             };
             if m == 1 {
                 crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
@@ -813,7 +823,12 @@ fn matmul(
                     &dst,
                     cols.clone()
                 )));
-                if mm.finish != gemm::Finish::Keep {
+                if let Some(r) = residual {
+                    for col in cols.clone() {
+                        let at = dst.offset + col * dst.cs;
+                        c[at].set(mm.finish.value(c[at].get() + r[at].get()));
+                    }
+                } else if mm.finish != gemm::Finish::Keep {
                     for col in cols.clone() {
                         let cell = &c[dst.offset + col * dst.cs];
                         cell.set(mm.finish.value(cell.get()));

@@ -37,8 +37,9 @@ impl Isa {
 }
 
 /// Adds the top-left `rows × cols` of `tile` to C at row `i`, column `j`
-/// (or, given `start`, stores each row's `start[r] + tile`), each sum then
-/// going through `finish`.
+/// (or, given `start`, stores each row's `start[r] + tile`), plus C's
+/// residual where it has one ([`Dst::at_block`] keeps it for the last
+/// depth block), each sum then going through `finish`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn add_tile(
@@ -50,48 +51,72 @@ pub(crate) fn add_tile(
     cols: usize,
     (start, finish): (Option<[f32; MR]>, Finish),
 ) {
-    // Two copies of the loops, so that neither tests per element whether
-    // it reads C.
-    match start {
-        None => with_finish!(finish, |f| add_tile_then::<false>(
-            c,
-            tile,
-            (i, j),
-            (rows, cols),
-            &[0.0; MR],
-            f
-        )),
-        Some(s) => with_finish!(finish, |f| add_tile_then::<true>(
-            c,
-            tile,
-            (i, j),
-            (rows, cols),
-            &s,
-            f
-        )),
+    // A copy of the loops per case, so that none tests per element
+    // whether it reads C or a residual.
+    let at = ((i, j), (rows, cols));
+    match (start, c.residual) {
+        (None, None) => {
+            with_finish!(finish, |f| add_tile_then::<false, false>(
+                c,
+                tile,
+                at,
+                &[0.0; MR],
+                &[],
+                f
+            ))
+        }
+        (Some(s), None) => {
+            with_finish!(finish, |f| add_tile_then::<true, false>(
+                c,
+                tile,
+                at,
+                &s,
+                &[],
+                f
+            ))
+        }
+        (None, Some(r)) => {
+            with_finish!(finish, |f| add_tile_then::<false, true>(
+                c, tile, at, &[0.0; MR], r, f
+            ))
+        }
+        (Some(s), Some(r)) => {
+            with_finish!(finish, |f| add_tile_then::<true, true>(
+                c, tile, at, &s, r, f
+            ))
+        }
     }
 }
 
 #[inline(always)]
-fn add_tile_then<const STORE: bool>(
+fn add_tile_then<const STORE: bool, const RESIDUAL: bool>(
     c: &Dst<'_>,
     tile: &[[f32; NR]; MR],
-    (i, j): (usize, usize),
-    (rows, cols): (usize, usize),
+    ((i, j), (rows, cols)): ((usize, usize), (usize, usize)),
     start: &[f32; MR],
+    residual: &[Cell<f32>],
     f: impl Fn(f32) -> f32,
 ) {
     // The left operand of the addition is what C held (or would hold,
-    // filled) before this block, as it always was.
+    // filled) before this block, as it always was; the residual is added
+    // to that sum, as the `Add` step added it to the product's output.
     let from = |cell: &Cell<f32>, r: usize| if STORE { start[r] } else { cell.get() };
+    let plus = |sum: f32, at: usize| {
+        if RESIDUAL {
+            sum + residual[at].get()
+        } else {
+            sum
+        }
+    };
     if c.rs == 1 && rows == MR {
         // C stored by columns (a product written transposed): each tile
         // column is one run.
         let base = c.offset + i + j * c.cs;
         for jj in 0..cols {
-            let dst = &c.data[base + jj * c.cs..base + jj * c.cs + MR];
+            let at = base + jj * c.cs;
+            let dst = &c.data[at..at + MR];
             for (r, cell) in dst.iter().enumerate() {
-                cell.set(f(from(cell, r) + tile[r][jj]));
+                cell.set(f(plus(from(cell, r) + tile[r][jj], at + r)));
             }
         }
         return;
@@ -104,16 +129,22 @@ fn add_tile_then<const STORE: bool>(
             let dst = &c.data[base..base + NR];
             let mut sums = [0f32; NR];
             for l in 0..NR {
-                sums[l] = f(from(&dst[l], r) + row[l]);
+                sums[l] = from(&dst[l], r) + row[l];
+            }
+            if RESIDUAL {
+                for (sum, x) in sums.iter_mut().zip(&residual[base..base + NR]) {
+                    *sum += x.get();
+                }
             }
             for (cell, v) in dst.iter().zip(sums) {
-                cell.set(v);
+                cell.set(f(v));
             }
             continue;
         }
         for (jj, v) in row.iter().enumerate().take(cols) {
-            let cell = &c.data[base + jj * c.cs];
-            cell.set(f(from(cell, r) + v));
+            let at = base + jj * c.cs;
+            let cell = &c.data[at];
+            cell.set(f(plus(from(cell, r) + v, at)));
         }
     }
 }
