@@ -494,7 +494,8 @@ pub(super) fn conv_as(
     let w = &s.window;
     let (m, n, k) = (s.out_per_group, s.n(), s.k());
     let (lines, cols) = if packed.is_some() && k > 0 {
-        prepacked::left_shares(m, n, part, parts)
+        let cheap_right = s.pointwise() || direct.is_some();
+        prepacked::left_shares(m, n, (part, parts), cheap_right)
     } else {
         (0..m, gemm::share(n, part, parts))
     };

@@ -286,15 +286,23 @@ pub fn row_share(m: usize, part: usize, parts: usize) -> Range<usize> {
 
 /// The rows and columns of an `m × n` product with a packed left weight
 /// that thread `part` of `parts` computes. Split by columns, every thread
-/// streams the whole weight through its cache; where the weight has at
-/// least twice as many rows as the product has columns (resnet50's last
-/// stage: 512 or 2048 rows against 49 positions) the threads split its
-/// rows instead, and each reads half the weight and packs all of the
-/// (small) right operand. Split by columns, those steps ran 1.2–1.3 times
-/// as fast on two threads as on one: both threads read all 9.4 MB of a
-/// 3×3 512→512 kernel from memory.
-pub fn left_shares(m: usize, n: usize, part: usize, parts: usize) -> (Range<usize>, Range<usize>) {
-    if parts > 1 && m >= 2 * n {
+/// streams the whole weight through its cache; split by rows, each reads
+/// half the weight but packs all of the right operand. Rows win where the
+/// weight has at least twice as many rows as the product has columns
+/// (resnet50's last stage: 512 or 2048 rows against 49 positions; split by
+/// columns, both threads read all 9.4 MB of a 3×3 512→512 kernel, and the
+/// steps ran 1.2–1.3 times as fast on two threads as on one), and already
+/// where it has as many rows as columns when the right operand costs no
+/// more than a copy to pack (`cheap_right`: an image read in place or by
+/// rows, not im2col's taps): resnet50's 14 × 14 stage ran its 256-row
+/// products 7–8 % faster on two threads by rows.
+pub fn left_shares(
+    m: usize,
+    n: usize,
+    (part, parts): (usize, usize),
+    cheap_right: bool,
+) -> (Range<usize>, Range<usize>) {
+    if parts > 1 && (m >= 2 * n || (cheap_right && m >= n)) {
         (row_share(m, part, parts), 0..n)
     } else {
         (0..m, gemm::share(n, part, parts))

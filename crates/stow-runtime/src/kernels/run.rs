@@ -766,7 +766,7 @@ fn matmul(
     // A packed left weight may split by rows ([`prepacked::left_shares`]);
     // everything else here (the zero fill, the one-row path) by columns.
     let (lines, cols) = match &mm.packed {
-        Some(_) if mm.swapped && store => prepacked::left_shares(m, n, part, parts),
+        Some(_) if mm.swapped && store => prepacked::left_shares(m, n, (part, parts), true),
         _ => (0..m, gemm::share(n, part, parts)),
     };
     let (len, [sc, sa, sb]) = mm.batch.inner();
