@@ -201,7 +201,7 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     let base = p.index(g, 0, 0);
     // Each tile's lanes per tap, found once per block of columns rather
     // than for every depth block and block of rows (1 % of resnet50).
-    const { assert!(NC % SPAN == 0, "a block of columns is whole tiles") };
+    const { assert!(NC.is_multiple_of(SPAN), "a block of columns is whole tiles") };
     let mut tile_bits = [[0u32; MOST_TAPS]; NC / SPAN];
     for j0 in (cols.start..end).step_by(NC) {
         let nc = NC.min(end - j0);
