@@ -82,8 +82,7 @@ fn run(steps: &[Step<'_>], arena: &[f32], parts: usize) -> Vec<u32> {
     arena.iter().map(|v| v.to_bits()).collect()
 }
 
-/// The product step of a case, its output's shape, and the floats its
-/// operands take from the start of the arena (filled with `values`).
+/// The product step of a case and its output's shape.
 struct Product {
     step: Step<'static>,
     out: Vec<usize>,
@@ -211,7 +210,7 @@ fn merged_residual(step: &Step<'_>) -> bool {
 #[test]
 fn a_residual_merged_into_a_product_equals_the_steps() {
     static ZERO: [u8; 4] = 0f32.to_le_bytes();
-    static SIX: [u8; 4] = 0.75f32.to_le_bytes();
+    static HIGH: [u8; 4] = 0.75f32.to_le_bytes();
     let mut below = below(0x9e37_79b9_7f4a_7c15);
     let (mut merged_count, mut with_activation, mut packed_convs) = (0, 0, 0);
     let mut depthwise = 0;
@@ -245,7 +244,7 @@ fn a_residual_merged_into_a_product_equals_the_steps() {
             let chain: &[(&str, &'static [u8])] = if activation == 1 {
                 &[("Max", &ZERO)]
             } else {
-                &[("Max", &ZERO), ("Min", &SIX)]
+                &[("Max", &ZERO), ("Min", &HIGH)]
             };
             for (name, c) in chain {
                 let ins = vec![tensor(last, &out, z_at), weight(90 + last, c)];
