@@ -82,6 +82,16 @@ fn run(steps: &[Step<'_>], arena: &[f32], parts: usize) -> Vec<u32> {
     arena.iter().map(|v| v.to_bits()).collect()
 }
 
+/// Whether `step` runs (one share) over a copy of `arena`.
+fn runs(step: &Step<'_>, arena: &[f32]) -> bool {
+    let mut arena = arena.to_vec();
+    let mut floats = vec![0f32; step.scratch];
+    let scratch = Cell::from_mut(floats.as_mut_slice()).as_slice_of_cells();
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(arena.as_mut_slice());
+    let views = Views::single(Cell::from_mut(bytes).as_slice_of_cells());
+    run_part(step, &views, scratch, 0, 1).is_ok()
+}
+
 /// The product step of a case and its output's shape.
 struct Product {
     step: Step<'static>,
@@ -255,6 +265,13 @@ fn a_residual_merged_into_a_product_equals_the_steps() {
         let packed_conv = matches!(&steps[0].kernel, Kernel::Conv(_, Some(_), ..));
         if matches!(&steps[0].kernel, Kernel::Conv(s, ..) if s.depthwise()) {
             depthwise += 1;
+            // A depthwise convolution adds no residual: one marked so fails.
+            let mut marked = steps[0].clone();
+            if let Kernel::Conv(_, _, _, residual) = &mut marked.kernel {
+                *residual = true;
+            }
+            marked.inputs.push(tensor(4, &out, r_at));
+            assert!(!runs(&marked, &arena), "case {case}: depthwise residual");
         }
         let expect = mergeable
             && match &steps[0].kernel {
@@ -268,6 +285,17 @@ fn a_residual_merged_into_a_product_equals_the_steps() {
         fuse_activations(&mut fused, &[last]);
         assert_eq!(merged_residual(&fused[0]), expect, "case {case}");
         if expect {
+            // A step marked as adding a residual fails without one, or
+            // with one not laid out as its output, rather than run
+            // without it.
+            let mut missing = fused[0].clone();
+            missing.inputs.truncate(2);
+            assert!(!runs(&missing, &arena), "case {case}: residual missing");
+            let mut short = fused[0].clone();
+            let at = short.inputs.len() - 1;
+            short.inputs[at].len -= 1;
+            assert!(!runs(&short, &arena), "case {case}: residual too short");
+            assert!(runs(&fused[0], &arena), "case {case}");
             merged_count += 1;
             packed_conv.then(|| packed_convs += 1);
             if activation > 0 {

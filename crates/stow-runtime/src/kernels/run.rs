@@ -475,10 +475,15 @@ pub fn run_part(
         )
         .map_err(Failure::Index)?,
         Kernel::Conv(s, packed, finish, residual) => {
-            // A merged residual is the last input, after the bias if any.
+            // A merged residual is the last input, after the bias if any;
+            // a step marked so without one, or a depthwise one (which
+            // does not add it), fails rather than run without it.
             let (ins, residual) = match (residual, ins.split_last()) {
-                (true, Some((r, rest))) => (rest, Some(v.dst::<f32>(r)?)),
-                _ => (&ins[..], None),
+                (false, _) => (&ins[..], None),
+                (true, Some((r, rest))) if rest.len() >= 2 && !s.depthwise() => {
+                    (rest, Some(residual_view(v, r, &outs[0])?))
+                }
+                (true, _) => return Err(Failure::View(outs[0].id)),
             };
             let bias = match ins.get(2) {
                 Some(b) => Some(v.src(b)?),
@@ -633,8 +638,9 @@ pub fn run_part(
         Kernel::QLookup => super::qpointwise::lookup(v, ins, &outs[0])?,
         Kernel::MatMul(mm) => {
             let residual = match (mm.residual, ins.get(2)) {
-                (true, Some(r)) => Some(v.dst::<f32>(r)?),
-                _ => None,
+                (false, _) => None,
+                (true, Some(r)) => Some(residual_view(v, r, &outs[0])?),
+                (true, None) => return Err(Failure::View(outs[0].id)),
             };
             matmul(
                 mm,
@@ -650,6 +656,20 @@ pub fn run_part(
 }
 
 /// Planes of a pooling step that share `part` of `parts` computes.
+/// The residual a product adds, which must be laid out as its output
+/// `out` (setup merges only such `Add`s; a bundle that breaks this fails
+/// here rather than read past or short of it).
+fn residual_view<'a>(
+    v: &Views<'a>,
+    residual: &Operand<'_>,
+    out: &Operand<'_>,
+) -> Result<&'a [Cell<f32>], Failure> {
+    if residual.len != out.len {
+        return Err(Failure::View(residual.id));
+    }
+    v.dst::<f32>(residual)
+}
+
 fn pool_planes(w: &pool::Window, part: usize, parts: usize) -> core::ops::Range<usize> {
     let per = w.planes.div_ceil(parts);
     (part * per).min(w.planes)..((part + 1) * per).min(w.planes)
