@@ -24,6 +24,7 @@ pub mod float;
 pub mod fourier;
 mod fuse;
 pub mod gemm;
+mod gemv;
 pub mod indexing;
 pub mod layout;
 pub mod linalg;

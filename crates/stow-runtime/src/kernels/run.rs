@@ -715,60 +715,6 @@ fn fill_value(v: &Views<'_>, o: &Operand<'_>, value: f64) -> Result<(), Failure>
     Ok(())
 }
 
-/// One row times a matrix, `c[j] += Σ_p a[p] · b[p, j]` for `j` in `cols`:
-/// a product with one row gains nothing from packing. Contiguous rows of
-/// `b` (or columns) are read as slices, 8 partial sums at a time, so the
-/// loops vectorise.
-fn gemv<A: cells::Load<f32>, B: cells::Load<f32>>(
-    k: usize,
-    (a, oa, sa): (A, usize, usize),
-    (b, ob, [bk, bn]): (B, usize, [usize; 2]),
-    c: &gemm::Dst<'_>,
-    cols: core::ops::Range<usize>,
-) {
-    const W: usize = 8;
-    if sa == 1 && bk == 1 {
-        // Each output is a dot product of two contiguous vectors.
-        let row = a.sub(oa, k);
-        for j in cols {
-            let col = b.sub(ob + j * bn, k);
-            let mut acc = [0f32; W];
-            let mut p = 0;
-            while p + W <= k {
-                let (x, y) = (row.sub(p, W), col.sub(p, W));
-                for l in 0..W {
-                    acc[l] += x.load(l) * y.load(l);
-                }
-                p += W;
-            }
-            let mut sum: f32 = acc.iter().sum();
-            for q in p..k {
-                sum += row.load(q) * col.load(q);
-            }
-            let cell = &c.data[c.offset + j * c.cs];
-            cell.set(cell.get() + sum);
-        }
-    } else if bn == 1 && c.cs == 1 && !cols.is_empty() {
-        // Rows of b are contiguous: accumulate a[p] · b[p, cols] in c.
-        let out = &c.data[c.offset + cols.start..c.offset + cols.end];
-        for p in 0..k {
-            let x = a.load(oa + p * sa);
-            let r = b.sub(ob + p * bk + cols.start, cols.len());
-            cells::zip_row(out, out, r, |o, y| o + x * y);
-        }
-    } else {
-        for j in cols {
-            let sum: f32 = (0..k)
-                .map(|p| a.load(oa + p * sa) * b.load(ob + p * bk + j * bn))
-                .sum();
-            // Accumulate: batch positions that walk a k axis add into the
-            // same outputs.
-            let cell = &c.data[c.offset + j * c.cs];
-            cell.set(cell.get() + sum);
-        }
-    }
-}
-
 fn matmul(
     mm: &MatMul,
     (a, b): (Src<'_, f32>, Src<'_, f32>),
@@ -836,7 +782,7 @@ fn matmul(
                 residual,
             };
             if m == 1 {
-                crate::with_load!(a, |a| crate::with_load!(b, |b| gemv(
+                crate::with_load!(a, |a| crate::with_load!(b, |b| super::gemv::gemv(
                     k,
                     (a, oa + j * sa, mm.a[1]),
                     (b, ob + j * sb, mm.b),
