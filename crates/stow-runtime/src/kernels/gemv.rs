@@ -127,11 +127,8 @@ mod x86 {
                 // prefetcher stops at every page a column crosses.
                 for q in 0..SIDE {
                     let ahead = col.wrapping_add(q * stride + p + AHEAD);
-                    // SAFETY: a prefetch never faults, whatever the address.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.cast())
-                    };
+                    // A prefetch never faults, whatever the address.
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                 }
             }
             // SAFETY: `p + LANES <= k`; the caller gives `row` readable
@@ -222,7 +219,10 @@ mod tests {
                     .sum::<f64>()
                     + f64::from(start(j));
                 let got = f64::from(f32::from_bits(*bits));
-                assert!((got - exact).abs() <= 1e-4 * (1.0 + exact.abs()), "case {case}");
+                assert!(
+                    (got - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                    "case {case}"
+                );
             }
         }
         assert!(sides > 100, "{sides} cases with a whole group of columns");
