@@ -655,7 +655,6 @@ pub fn run_part(
     Ok(())
 }
 
-/// Planes of a pooling step that share `part` of `parts` computes.
 /// The residual a product adds, which must be laid out as its output
 /// `out` (setup merges only such `Add`s; a bundle that breaks this fails
 /// here rather than read past or short of it).
@@ -670,6 +669,7 @@ fn residual_view<'a>(
     v.dst::<f32>(residual)
 }
 
+/// Planes of a pooling step that share `part` of `parts` computes.
 fn pool_planes(w: &pool::Window, part: usize, parts: usize) -> core::ops::Range<usize> {
     let per = w.planes.div_ceil(parts);
     (part * per).min(w.planes)..((part + 1) * per).min(w.planes)
