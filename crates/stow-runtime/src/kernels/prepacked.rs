@@ -378,14 +378,36 @@ pub fn gemm_left<L: Load<f32>>(
             };
             if kcb <= SHALLOW_KC {
                 // The packed blocks of a shallow product sit in L1 however
-                // they are walked; row panel by row panel, C is written as
-                // MR sequential runs of the block's width instead of one
-                // tile of each of MC rows in turn (up to 72 interleaved
-                // runs, more than the hardware prefetcher follows).
-                for r0 in (lines.start..last).step_by(MR) {
-                    for c0 in (0..nc).step_by(2 * NR) {
-                        tile(r0, c0);
+                // they are walked; two row panels at a time, C is written
+                // as 2·MR sequential runs of the block's width instead of
+                // one tile of each of MC rows in turn (up to 72
+                // interleaved runs, more than the hardware prefetcher
+                // follows).
+                let mut r0 = lines.start;
+                while r0 < last {
+                    if r0 + 2 * MR > last {
+                        for c0 in (0..nc).step_by(2 * NR) {
+                            tile(r0, c0);
+                        }
+                        r0 += MR;
+                        continue;
                     }
+                    // Two whole weight panels per pass, each B vector
+                    // loaded once for twelve rows: one pass per tile of six
+                    // rows spent as long on loads and its epilogue as on
+                    // its sums at depths 16–32.
+                    let a = [0, MR].map(|d| a.sub(block + (r0 + d) * kcb, kcb * MR));
+                    let ends = [0, MR].map(|d| (c.start.at(p0, r0 + d, MR), finish));
+                    for c0 in (0..nc).step_by(2 * NR) {
+                        if 2 * NR > nc - c0 {
+                            tile(r0, c0);
+                            tile(r0 + MR, c0);
+                            continue;
+                        }
+                        let b = (panel(c0, 0), panel(c0, 1));
+                        micro_kernel_quad(isa, kcb, a, b, c, (r0, j0 + c0), 2 * NR, ends);
+                    }
+                    r0 += 2 * MR;
                 }
                 continue;
             }
