@@ -453,6 +453,14 @@ pub fn conv(
     scratch: &[Cell<f32>],
     share: (usize, usize),
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(p), None) = (packed, residual) {
+        if super::stem::applies(s, p) {
+            return crate::with_load!(weight, |w| crate::with_load!(x, |x| {
+                super::stem::conv(s, p, w, x, bias, out, finish, share)
+            }));
+        }
+    }
     let direct = super::direct::applies(s);
     conv_as(
         s,

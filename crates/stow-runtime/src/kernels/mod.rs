@@ -37,6 +37,8 @@ pub mod quant;
 pub mod recurrent;
 pub mod sample;
 #[cfg(target_arch = "x86_64")]
+mod stem;
+#[cfg(target_arch = "x86_64")]
 mod transpose16;
 
 pub mod prepacked;
