@@ -258,6 +258,15 @@ fn main() {
             groups: 1,
         },
         Case {
+            name: "mobilenet_v2 stem 3×3/2 3→32 224",
+            c_in: 3,
+            c_out: 32,
+            size: 224,
+            kernel: 3,
+            stride: 2,
+            groups: 1,
+        },
+        Case {
             name: "resnet50 1×1 64→256 56",
             c_in: 64,
             c_out: 256,

@@ -139,13 +139,14 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
                 depths: (&in_image[..k], &in_copy[..k]),
                 bias: &channel_bias[..blocks * LANES],
                 m,
+                bounds: Bounds::of(finish),
             };
             let (first_row, last_row) = (cols.start / geometry.ow, (cols.end - 1) / geometry.ow);
             for y in first_row..=last_row {
                 let row = y * geometry.ow;
                 let (xa, xb) = (cols.start.max(row) - row, cols.end.min(row + geometry.ow) - row);
                 tiles.row(source, dst, n, y, xa..xb);
-                if finish != Finish::Keep {
+                if tiles.bounds.is_none() {
                     for o in 0..m {
                         let at = o * n + row;
                         finish.apply(&dst[at + xa..at + xb]);
@@ -209,11 +210,68 @@ struct Tiles<'a> {
     /// Each output channel's bias, zero past the last.
     bias: &'a [f32],
     m: usize,
+    /// The finish when the store applies it (else a pass over each row
+    /// applies it after).
+    bounds: Option<Bounds>,
+}
+
+/// A [`Finish::Clamp`] (or [`Finish::Keep`]) in vector form: a NaN
+/// bound dropped, as [`Finish::value`] drops it.
+#[derive(Clone, Copy)]
+struct Bounds {
+    lo: Option<f32>,
+    hi: Option<f32>,
+    max_first: bool,
+}
+
+impl Bounds {
+    fn of(finish: Finish) -> Option<Bounds> {
+        let bound = |b: f32| (!b.is_nan()).then_some(b);
+        match finish {
+            Finish::Keep => Some(Bounds {
+                lo: None,
+                hi: None,
+                max_first: true,
+            }),
+            Finish::Clamp(k) => Some(Bounds {
+                lo: bound(k.lo),
+                hi: bound(k.hi),
+                max_first: k.max_first,
+            }),
+            _ => None,
+        }
+    }
+
+    /// `v` clamped as [`super::gemm::Clamp::apply`] clamps each lane: `a
+    /// >= lo ? a : lo` (so a NaN becomes `lo`), `a <= hi ? a : hi`.
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    #[allow(unsafe_code)]
+    unsafe fn apply(self, v: __m512) -> __m512 {
+        let max = |v: __m512, lo: f32| {
+            let lo = _mm512_set1_ps(lo);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, lo), lo, v)
+        };
+        let min = |v: __m512, hi: f32| {
+            let hi = _mm512_set1_ps(hi);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, hi), hi, v)
+        };
+        match (self.lo, self.hi) {
+            (None, None) => v,
+            (Some(lo), None) => max(v, lo),
+            (None, Some(hi)) => min(v, hi),
+            (Some(lo), Some(hi)) if self.max_first => min(max(v, lo), hi),
+            (Some(lo), Some(hi)) => max(min(v, hi), lo),
+        }
+    }
 }
 
 impl Tiles<'_> {
     /// Output row `y`, columns `xs`, of every channel: `bias + sum`
-    /// stored, the finish not yet applied.
+    /// stored, through the finish where `bounds` holds it.
     fn row<X: Load<f32>>(
         &self,
         x: X,
@@ -295,7 +353,8 @@ impl Tiles<'_> {
     /// stored), every channel: for each depth, its sixteen input values
     /// (`SX` apart from `window + depths[d]`) broadcast against the
     /// depth's weight vector, then each channel's row of sums plus its
-    /// bias stored into `dst` (`n` floats per channel).
+    /// bias (clamped by `bounds`, if any) stored into `dst` (`n` floats
+    /// per channel).
     ///
     /// # Safety
     /// AVX-512 F; `window + depths[d] + l·SX` readable for every depth `d`
@@ -313,11 +372,17 @@ impl Tiles<'_> {
     ) {
         let k = depths.len();
         let keep = ((1u32 << width) - 1) as __mmask16;
+        // Addresses rather than offsets: a broadcast from `[register +
+        // displacement]` stays one fused micro-op with its FMA, one from
+        // `[base + index·4 + displacement]` splits in two.
+        let mut starts = [window; MOST_DEPTH];
+        for (start, &d) in starts.iter_mut().zip(depths) {
+            *start = window.add(d);
+        }
         for (b, weights) in self.weights.chunks_exact(k).enumerate() {
             let mut acc = [_mm512_setzero_ps(); LANES];
-            for (w, &d) in weights.iter().zip(depths) {
+            for (w, &src) in weights.iter().zip(&starts[..k]) {
                 let wv = _mm512_loadu_ps(w.as_ptr());
-                let src = window.add(d);
                 for (l, acc) in acc.iter_mut().enumerate() {
                     *acc = _mm512_fmadd_ps(wv, _mm512_set1_ps(*src.add(l * SX)), *acc);
                 }
@@ -330,7 +395,10 @@ impl Tiles<'_> {
             let channels = LANES.min(self.m - b * LANES);
             for (r, row) in rows.iter().enumerate().take(channels) {
                 let o = b * LANES + r;
-                let sum = _mm512_add_ps(_mm512_set1_ps(self.bias[o]), _mm512_castsi512_ps(*row));
+                let mut sum = _mm512_add_ps(_mm512_set1_ps(self.bias[o]), _mm512_castsi512_ps(*row));
+                if let Some(bounds) = self.bounds {
+                    sum = bounds.apply(sum);
+                }
                 let cells = &dst[o * n + at..o * n + at + width];
                 _mm512_mask_storeu_ps(cells.as_ptr() as *mut f32, keep, sum);
             }
@@ -414,15 +482,22 @@ mod tests {
                 _ => (0..groups * opg).map(|i| value(i, 3)).collect(),
             };
             let bias = (!bias.is_empty()).then_some(Src::Weight(&bias));
-            let finish = match below(4) {
+            // Bounds that cut the sums (which lie around ±1), a NaN bound
+            // (one-sided: a `Relu`, a `Min` alone) and a zero bound
+            // (signed zeros at it).
+            let bounds = [(-0.5, 0.75), (0.0, f32::NAN), (f32::NAN, 0.25), (0.0, 0.0)];
+            let finish = match below(6) {
                 0 => Finish::Keep,
                 1 => Finish::Silu,
                 2 => Finish::HardSwish,
-                _ => Finish::Clamp(Clamp {
-                    lo: -0.5,
-                    hi: 0.75,
-                    max_first: below(2) == 0,
-                }),
+                _ => {
+                    let (lo, hi) = bounds[below(bounds.len())];
+                    Finish::Clamp(Clamp {
+                        lo,
+                        hi,
+                        max_first: below(2) == 0,
+                    })
+                }
             };
             let parts = 1 + below(3);
             let fresh = || -> Vec<Cell<f32>> {
