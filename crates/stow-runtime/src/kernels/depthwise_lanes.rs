@@ -18,7 +18,8 @@
 //! larger planes amortise the bands' setup.
 
 use super::cells::Load;
-use super::gemm::{Clamp, Finish};
+use super::finish16::Finish16;
+use super::gemm::Finish;
 use super::linalg::ConvShape;
 use super::transpose16::transpose16;
 use core::arch::x86_64::*;
@@ -228,10 +229,7 @@ unsafe fn lanes_avx512(
     };
     let sums = sums.0.as_mut_ptr().cast::<__m512>();
     let (xp, outp) = (x.ptr(), out.as_ptr() as *mut f32);
-    let clamp = match finish {
-        Finish::Clamp(k) => Some(VecClamp::of(k)),
-        _ => None,
-    };
+    let finish16 = Finish16::of(finish);
     let mut p0 = planes.start;
     while p0 < planes.end {
         let n = LANES.min(planes.end - p0);
@@ -299,77 +297,15 @@ unsafe fn lanes_avx512(
                 let mut r = [_mm512_setzero_si512(); LANES];
                 for (i, r) in r.iter_mut().enumerate() {
                     let v = _mm512_add_ps(bias, *sums.add(f0 + i));
-                    *r = _mm512_castps_si512(match clamp {
-                        Some(k) => k.apply(v),
-                        None => v,
-                    });
+                    *r = _mm512_castps_si512(finish16.apply(v));
                 }
                 for (l, v) in transpose16(r).into_iter().enumerate().take(n) {
                     let at = (p0 + l - first) * op + oy0 * ow + f0;
                     _mm512_mask_storeu_ps(outp.add(at), mask, _mm512_castsi512_ps(v));
                 }
             }
-            if clamp.is_none() {
-                for l in 0..n {
-                    let at = (p0 + l - first) * op + oy0 * ow;
-                    finish.apply(&out[at..at + count]);
-                }
-            }
         }
         p0 += n;
-    }
-}
-
-/// A [`Clamp`] finish on sixteen sums at once, to the bit as
-/// [`Finish::value`] gives it: `a ≥ lo ? a : lo` (a NaN sum becomes the
-/// bound), `a ≤ hi ? a : hi`, in the steps' order; a NaN bound leaves its
-/// side as it is.
-#[derive(Clone, Copy)]
-struct VecClamp {
-    lo: Option<__m512>,
-    hi: Option<__m512>,
-    max_first: bool,
-}
-
-impl VecClamp {
-    /// # Safety
-    /// AVX-512 F.
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    unsafe fn of(k: Clamp) -> VecClamp {
-        let bound = |b: f32| (!b.is_nan()).then(|| _mm512_set1_ps(b));
-        VecClamp {
-            lo: bound(k.lo),
-            hi: bound(k.hi),
-            max_first: k.max_first,
-        }
-    }
-
-    /// # Safety
-    /// AVX-512 F.
-    #[inline(always)]
-    #[allow(unsafe_code)]
-    unsafe fn apply(self, a: __m512) -> __m512 {
-        // No closures: they would be compiled outside the AVX-512 code.
-        if self.max_first {
-            keep_or::<_CMP_LE_OQ>(self.hi, keep_or::<_CMP_GE_OQ>(self.lo, a))
-        } else {
-            keep_or::<_CMP_GE_OQ>(self.lo, keep_or::<_CMP_LE_OQ>(self.hi, a))
-        }
-    }
-}
-
-/// `a` where it compares to `bound` by `CMP` (false for a NaN), else the
-/// bound; `a` when there is no bound.
-///
-/// # Safety
-/// AVX-512 F.
-#[inline(always)]
-#[allow(unsafe_code)]
-unsafe fn keep_or<const CMP: i32>(bound: Option<__m512>, a: __m512) -> __m512 {
-    match bound {
-        Some(b) => _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<CMP>(a, b), b, a),
-        None => a,
     }
 }
 

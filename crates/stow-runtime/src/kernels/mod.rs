@@ -21,6 +21,8 @@ mod depthwise_lanes;
 mod direct;
 pub mod elementwise;
 pub mod float;
+#[cfg(target_arch = "x86_64")]
+mod finish16;
 pub mod fourier;
 mod fuse;
 pub mod gemm;

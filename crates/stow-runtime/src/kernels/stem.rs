@@ -21,6 +21,7 @@
 //! with one depth block, which [`applies`] requires.
 
 use super::cells::Load;
+use super::finish16::Finish16;
 use super::gemm::{self, Finish, Isa};
 use super::linalg::{bias_at, ConvShape};
 use super::prepacked::Panels;
@@ -139,19 +140,13 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
                 depths: (&in_image[..k], &in_copy[..k]),
                 bias: &channel_bias[..blocks * LANES],
                 m,
-                bounds: Bounds::of(finish),
+                finish,
             };
             let (first_row, last_row) = (cols.start / geometry.ow, (cols.end - 1) / geometry.ow);
             for y in first_row..=last_row {
                 let row = y * geometry.ow;
                 let (xa, xb) = (cols.start.max(row) - row, cols.end.min(row + geometry.ow) - row);
                 tiles.row(source, dst, n, y, xa..xb);
-                if tiles.bounds.is_none() {
-                    for o in 0..m {
-                        let at = o * n + row;
-                        finish.apply(&dst[at + xa..at + xb]);
-                    }
-                }
             }
         }
     }
@@ -210,68 +205,13 @@ struct Tiles<'a> {
     /// Each output channel's bias, zero past the last.
     bias: &'a [f32],
     m: usize,
-    /// The finish when the store applies it (else a pass over each row
-    /// applies it after).
-    bounds: Option<Bounds>,
+    finish: Finish,
 }
 
-/// A [`Finish::Clamp`] (or [`Finish::Keep`]) in vector form: a NaN
-/// bound dropped, as [`Finish::value`] drops it.
-#[derive(Clone, Copy)]
-struct Bounds {
-    lo: Option<f32>,
-    hi: Option<f32>,
-    max_first: bool,
-}
-
-impl Bounds {
-    fn of(finish: Finish) -> Option<Bounds> {
-        let bound = |b: f32| (!b.is_nan()).then_some(b);
-        match finish {
-            Finish::Keep => Some(Bounds {
-                lo: None,
-                hi: None,
-                max_first: true,
-            }),
-            Finish::Clamp(k) => Some(Bounds {
-                lo: bound(k.lo),
-                hi: bound(k.hi),
-                max_first: k.max_first,
-            }),
-            _ => None,
-        }
-    }
-
-    /// `v` clamped as [`super::gemm::Clamp::apply`] clamps each lane: `a
-    /// >= lo ? a : lo` (so a NaN becomes `lo`), `a <= hi ? a : hi`.
-    ///
-    /// # Safety
-    /// AVX-512 F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    #[allow(unsafe_code)]
-    unsafe fn apply(self, v: __m512) -> __m512 {
-        let max = |v: __m512, lo: f32| {
-            let lo = _mm512_set1_ps(lo);
-            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, lo), lo, v)
-        };
-        let min = |v: __m512, hi: f32| {
-            let hi = _mm512_set1_ps(hi);
-            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(v, hi), hi, v)
-        };
-        match (self.lo, self.hi) {
-            (None, None) => v,
-            (Some(lo), None) => max(v, lo),
-            (None, Some(hi)) => min(v, hi),
-            (Some(lo), Some(hi)) if self.max_first => min(max(v, lo), hi),
-            (Some(lo), Some(hi)) => max(min(v, hi), lo),
-        }
-    }
-}
 
 impl Tiles<'_> {
     /// Output row `y`, columns `xs`, of every channel: `bias + sum`
-    /// stored, through the finish where `bounds` holds it.
+    /// through the finish.
     fn row<X: Load<f32>>(
         &self,
         x: X,
@@ -302,7 +242,8 @@ impl Tiles<'_> {
                 (copy.as_ptr(), self.depths.1)
             };
             let at = y * g.ow + x0;
-            // SAFETY: `applies` found AVX-512 F; `window` and `depths`
+            // SAFETY: `applies` found AVX-512 F (so AVX2 and FMA as well,
+            // `Isa::detect`); `window` and `depths`
             // as above (the copy holds `channels · kh · span` floats).
             #[allow(unsafe_code)]
             unsafe {
@@ -353,13 +294,13 @@ impl Tiles<'_> {
     /// stored), every channel: for each depth, its sixteen input values
     /// (`SX` apart from `window + depths[d]`) broadcast against the
     /// depth's weight vector, then each channel's row of sums plus its
-    /// bias (clamped by `bounds`, if any) stored into `dst` (`n` floats
-    /// per channel).
+    /// bias, through the finish, stored into `dst` (`n` floats per
+    /// channel).
     ///
     /// # Safety
-    /// AVX-512 F; `window + depths[d] + l·SX` readable for every depth `d`
-    /// and `l < 16`.
-    #[target_feature(enable = "avx512f")]
+    /// AVX-512 F, AVX2 and FMA; `window + depths[d] + l·SX` readable for
+    /// every depth `d` and `l < 16`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
     #[allow(unsafe_code)]
     unsafe fn tile<const SX: usize>(
         &self,
@@ -372,6 +313,7 @@ impl Tiles<'_> {
     ) {
         let k = depths.len();
         let keep = ((1u32 << width) - 1) as __mmask16;
+        let finish = Finish16::of(self.finish);
         // Addresses rather than offsets: a broadcast from `[register +
         // displacement]` stays one fused micro-op with its FMA, one from
         // `[base + index·4 + displacement]` splits in two.
@@ -395,10 +337,8 @@ impl Tiles<'_> {
             let channels = LANES.min(self.m - b * LANES);
             for (r, row) in rows.iter().enumerate().take(channels) {
                 let o = b * LANES + r;
-                let mut sum = _mm512_add_ps(_mm512_set1_ps(self.bias[o]), _mm512_castsi512_ps(*row));
-                if let Some(bounds) = self.bounds {
-                    sum = bounds.apply(sum);
-                }
+                let sum = _mm512_add_ps(_mm512_set1_ps(self.bias[o]), _mm512_castsi512_ps(*row));
+                let sum = finish.apply(sum);
                 let cells = &dst[o * n + at..o * n + at + width];
                 _mm512_mask_storeu_ps(cells.as_ptr() as *mut f32, keep, sum);
             }
