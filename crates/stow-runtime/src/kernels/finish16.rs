@@ -158,7 +158,12 @@ mod tests {
             f32::MIN,
         ];
         let clamps = [(0.0, f32::NAN), (f32::NAN, 6.0), (0.0, 6.0), (-0.5, 0.0)];
-        let mut finishes = alloc::vec![Finish::Keep, Finish::Sigmoid, Finish::Silu, Finish::HardSwish];
+        let mut finishes = alloc::vec![
+            Finish::Keep,
+            Finish::Sigmoid,
+            Finish::Silu,
+            Finish::HardSwish
+        ];
         for (lo, hi) in clamps {
             for max_first in [false, true] {
                 finishes.push(Finish::Clamp(Clamp { lo, hi, max_first }));
@@ -174,7 +179,13 @@ mod tests {
                 });
                 // Any NaN is a NaN: which operand's NaN a commutative
                 // operation returns is the compiler's choice.
-                let bits = |a: f32| if a.is_nan() { f32::NAN.to_bits() } else { a.to_bits() };
+                let bits = |a: f32| {
+                    if a.is_nan() {
+                        f32::NAN.to_bits()
+                    } else {
+                        a.to_bits()
+                    }
+                };
                 let want = lanes.map(|a| bits(finish.value(a)));
                 // SAFETY: AVX-512 F was detected; the load and store are
                 // of sixteen floats.

@@ -20,9 +20,9 @@ pub mod depthwise_inplace;
 mod depthwise_lanes;
 mod direct;
 pub mod elementwise;
-pub mod float;
 #[cfg(target_arch = "x86_64")]
 mod finish16;
+pub mod float;
 pub mod fourier;
 mod fuse;
 pub mod gemm;

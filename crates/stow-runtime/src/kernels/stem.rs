@@ -108,7 +108,11 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
     let mut in_image = [0usize; MOST_DEPTH];
     let mut in_copy = [0usize; MOST_DEPTH];
     for d in 0..k {
-        let (c, ky, kx) = (d / geometry.taps(), d / w.kernel[2] % w.kernel[1], d % w.kernel[2]);
+        let (c, ky, kx) = (
+            d / geometry.taps(),
+            d / w.kernel[2] % w.kernel[1],
+            d % w.kernel[2],
+        );
         in_image[d] = c * geometry.plane() + ky * geometry.w + kx;
         in_copy[d] = (c * w.kernel[1] + ky) * geometry.span + kx;
     }
@@ -145,7 +149,10 @@ pub(crate) fn conv<L: Load<f32>, X: Load<f32>>(
             let (first_row, last_row) = (cols.start / geometry.ow, (cols.end - 1) / geometry.ow);
             for y in first_row..=last_row {
                 let row = y * geometry.ow;
-                let (xa, xb) = (cols.start.max(row) - row, cols.end.min(row + geometry.ow) - row);
+                let (xa, xb) = (
+                    cols.start.max(row) - row,
+                    cols.end.min(row + geometry.ow) - row,
+                );
                 tiles.row(source, dst, n, y, xa..xb);
             }
         }
@@ -207,7 +214,6 @@ struct Tiles<'a> {
     m: usize,
     finish: Finish,
 }
-
 
 impl Tiles<'_> {
     /// Output row `y`, columns `xs`, of every channel: `bias + sum`
@@ -445,7 +451,8 @@ mod tests {
                     .map(|_| Cell::new(f32::NAN))
                     .collect()
             };
-            let bits = |out: &[Cell<f32>]| out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
+            let bits =
+                |out: &[Cell<f32>]| out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
             let packed = fresh();
             let scratch: Vec<Cell<f32>> = (0..prepacked::scratch_elems(&panels, n))
                 .map(|_| Cell::new(0.0))
