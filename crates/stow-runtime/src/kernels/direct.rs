@@ -549,10 +549,7 @@ mod tests {
     use super::*;
     use crate::kernels::cells::Src;
     use crate::kernels::gemm::{Clamp, Finish};
-    use crate::kernels::linalg::conv_as;
-    use crate::kernels::pool::Window;
-    use crate::kernels::prepacked::{self, Side};
-    use crate::kernels::testing::value;
+    use crate::kernels::testing::{conv_shape, left_panels, packed_conv_bits, value};
     use alloc::vec::Vec;
 
     /// Random "same" stride-1 convolutions (kernels up to 7×7, every
@@ -579,32 +576,13 @@ mod tests {
             let pad_after = [0, kernel[1] - 1 - pad[1], kernel[2] - 1 - pad[2]];
             let (groups, batch) = (1 + below(2), 1 + below(2));
             let (ipg, opg) = (1 + below(6), 2 + below(40));
-            let s = ConvShape {
-                batch,
-                groups,
-                in_per_group: ipg,
-                out_per_group: opg,
-                window: Window {
-                    planes: ipg * groups,
-                    input,
-                    output: input,
-                    kernel,
-                    strides: [1, 1, 1],
-                    dilations: [1, 1, 1],
-                    pad,
-                    pad_after,
-                },
-            };
+            let s = conv_shape(
+                (batch, groups),
+                (ipg, opg),
+                [input, input, kernel, [1, 1, 1], pad, pad_after],
+            );
             assert!(can(&s), "{:?}", s.window);
-            let panels = Panels {
-                side: Side::Left,
-                matrices: groups,
-                rows: opg,
-                depth: s.k(),
-                strides: [opg * s.k(), s.k(), 1],
-                kc: 0,
-            }
-            .with_depth_block([7, 16, 40, 256][below(4)]);
+            let panels = left_panels(&s, [7, 16, 40, 256][below(4)]);
             let n = s.n();
             let x: Vec<f32> = (0..batch * groups * ipg * n).map(|i| value(i, 1)).collect();
             let w: Vec<f32> = (0..groups * opg * s.k()).map(|i| value(i, 2)).collect();
@@ -620,24 +598,9 @@ mod tests {
                 })
             };
             let parts = 1 + below(3);
-            let floats = prepacked::scratch_elems(&panels, n);
             let run = |direct: Option<Isa>| {
-                let out: Vec<Cell<f32>> = (0..batch * groups * opg * n)
-                    .map(|_| Cell::new(f32::NAN))
-                    .collect();
-                let scratch: Vec<Cell<f32>> = (0..floats).map(|_| Cell::new(0.0)).collect();
-                for part in 0..parts {
-                    conv_as(
-                        &s,
-                        (Some(&panels), direct),
-                        (Src::Weight(&x), Src::Weight(&w), Some(Src::Weight(&bias))),
-                        &out,
-                        (finish, None),
-                        &scratch,
-                        (part, parts),
-                    );
-                }
-                out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>()
+                let operands = (&x[..], &w[..], Some(Src::Weight(&bias[..])));
+                packed_conv_bits(&s, (&panels, direct), operands, finish, parts)
             };
             let want = run(None);
             assert!(

@@ -15,6 +15,9 @@ use super::gemm::{Clamp, Finish};
 use core::arch::x86_64::*;
 
 /// [`Finish`] for sixteen sums at once.
+// Made once per kernel call and kept in registers or on the stack: a box
+// for the clamp's bound vectors would be an allocation per run.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy)]
 pub(crate) enum Finish16 {
     Keep,

@@ -356,10 +356,7 @@ impl Tiles<'_> {
 mod tests {
     use super::*;
     use crate::kernels::gemm::Clamp;
-    use crate::kernels::linalg::conv_as;
-    use crate::kernels::pool::Window;
-    use crate::kernels::prepacked::{self, Side};
-    use crate::kernels::testing::value;
+    use crate::kernels::testing::{conv_shape, left_panels, packed_conv_bits, value};
     use alloc::vec::Vec;
 
     /// Random stems (1–4 input channels, kernels up to 7×7 with any
@@ -385,31 +382,12 @@ mod tests {
             });
             let (groups, batch) = (1 + below(2), 1 + below(2));
             let (ipg, opg) = (1 + below(4), 2 + below(69));
-            let s = ConvShape {
-                batch,
-                groups,
-                in_per_group: ipg,
-                out_per_group: opg,
-                window: Window {
-                    planes: ipg * groups,
-                    input,
-                    output,
-                    kernel,
-                    strides,
-                    dilations: [1, 1, 1],
-                    pad,
-                    pad_after,
-                },
-            };
-            let panels = Panels {
-                side: Side::Left,
-                matrices: groups,
-                rows: opg,
-                depth: s.k(),
-                strides: [opg * s.k(), s.k(), 1],
-                kc: 0,
-            }
-            .with_depth_block(256);
+            let s = conv_shape(
+                (batch, groups),
+                (ipg, opg),
+                [input, output, kernel, strides, pad, pad_after],
+            );
+            let panels = left_panels(&s, 256);
             if !applies(&s, &panels) {
                 let too_many = opg.div_ceil(LANES) * s.k() > MOST_VECTORS;
                 assert!(s.pointwise() || too_many, "case {case}: {s:?} refused");
@@ -446,34 +424,14 @@ mod tests {
                 }
             };
             let parts = 1 + below(3);
-            let fresh = || -> Vec<Cell<f32>> {
-                (0..batch * groups * opg * n)
-                    .map(|_| Cell::new(f32::NAN))
-                    .collect()
-            };
-            let bits =
-                |out: &[Cell<f32>]| out.iter().map(|c| c.get().to_bits()).collect::<Vec<_>>();
-            let packed = fresh();
-            let scratch: Vec<Cell<f32>> = (0..prepacked::scratch_elems(&panels, n))
-                .map(|_| Cell::new(0.0))
-                .collect();
-            for part in 0..parts {
-                conv_as(
-                    &s,
-                    (Some(&panels), None),
-                    (Src::Weight(&x), Src::Weight(&w), bias),
-                    &packed,
-                    (finish, None),
-                    &scratch,
-                    (part, parts),
-                );
-            }
-            let want = bits(&packed);
+            let want = packed_conv_bits(&s, (&panels, None), (&x[..], &w[..], bias), finish, parts);
             assert!(
                 want.iter().all(|&b| !f32::from_bits(b).is_nan()),
                 "case {case}: the packed product left outputs unwritten"
             );
-            let stem = fresh();
+            let stem: Vec<Cell<f32>> = (0..batch * groups * opg * n)
+                .map(|_| Cell::new(f32::NAN))
+                .collect();
             for part in 0..parts {
                 let w = Src::Weight(&w[..]);
                 crate::with_load!(w, |w| conv(
@@ -487,7 +445,8 @@ mod tests {
                     (part, parts)
                 ));
             }
-            assert_eq!(bits(&stem), want, "case {case}: {s:?}, {finish:?}");
+            let got: Vec<u32> = stem.iter().map(|c| c.get().to_bits()).collect();
+            assert_eq!(got, want, "case {case}: {s:?}, {finish:?}");
         }
         assert!(ran > 200, "only {ran} cases ran");
     }
