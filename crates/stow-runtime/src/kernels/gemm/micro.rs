@@ -325,7 +325,7 @@ pub(crate) fn micro_kernel_quad<A: Load<f32>, B: Load<f32>>(
 /// C. Two A panels against two B panels keep 24 sums in registers, each
 /// B vector loaded once for twelve rows instead of six.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx2,fma")]
 fn micro_kernel_avx512<const Q: usize, const P: usize, A: Load<f32>, B: Load<f32>>(
     kc: usize,
     (a, b): ([A; Q], [B; P]),
@@ -359,6 +359,9 @@ fn micro_kernel_avx512<const Q: usize, const P: usize, A: Load<f32>, B: Load<f32
             }
         }
     }
+    if store_rows(c, &acc, (i, j), (rows, cols), ends) {
+        return;
+    }
     // Stored whole first, every index known at compile time: a sum read
     // by a run-time index keeps them all in memory through the loop.
     let mut tiles = [[[[0f32; NR]; MR]; P]; Q];
@@ -381,6 +384,74 @@ fn micro_kernel_avx512<const Q: usize, const P: usize, A: Load<f32>, B: Load<f32
             }
         }
     }
+}
+
+/// The epilogue of [`micro_kernel_avx512`] from its registers where C's
+/// rows are contiguous (`cs == 1`) and the tile lies inside C (and its
+/// residual): for each row's vectors, `start + sum` (or C's value plus
+/// the sum), plus the residual, through the finish, stored under a mask of
+/// the tile's columns. These are [`add_tile`]'s operations in its order,
+/// so the bits are its; it stored the sums to the stack and read them
+/// back, and applied the finish as a loop per row, as long as the sums
+/// of a shallow product took (depths 16–64). False, with nothing written,
+/// where it does not apply.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn store_rows<const Q: usize, const P: usize>(
+    c: &Dst<'_>,
+    acc: &[[[core::arch::x86_64::__m512; P]; MR]; Q],
+    (i, j): (usize, usize),
+    (rows, cols): ([usize; Q], usize),
+    ends: [(Option<[f32; MR]>, Finish); Q],
+) -> bool {
+    use crate::kernels::finish16::Finish16;
+    use core::arch::x86_64::*;
+    let last_row = i + (Q - 1) * MR + rows[Q - 1];
+    let end = last_row
+        .checked_sub(1)
+        .map(|r| c.offset + r * c.rs + j + cols);
+    let inside = |len: usize| end.is_some_and(|end| end <= len);
+    if c.cs != 1 || (c.rs == 1 && rows.contains(&MR)) || cols == 0 || !inside(c.data.len()) {
+        return false;
+    }
+    if c.residual.is_some_and(|r| !inside(r.len())) {
+        return false;
+    }
+    let data = c.data.as_ptr() as *mut f32;
+    let residual = c.residual.map(|r| r.as_ptr().cast::<f32>());
+    for (q, acc) in acc.iter().enumerate() {
+        let (start, finish) = ends[q];
+        // SAFETY: the kernel runs only where `Isa::detect` found AVX-512
+        // F (with AVX2 and FMA).
+        #[allow(unsafe_code)]
+        let finish = unsafe { Finish16::of(finish) };
+        for (r, acc) in acc.iter().enumerate().take(rows[q]) {
+            let base = c.offset + (i + q * MR + r) * c.rs + j;
+            for (t, v) in acc.iter().enumerate() {
+                let width = cols.saturating_sub(t * NR).min(NR);
+                if width == 0 {
+                    continue;
+                }
+                let mask = (u32::MAX >> (32 - width)) as __mmask16;
+                let at = base + t * NR;
+                // SAFETY: `at + width <= end`, inside C and its residual
+                // (checked above); only this thread writes C's tile.
+                #[allow(unsafe_code)]
+                unsafe {
+                    let from = match start {
+                        Some(s) => _mm512_set1_ps(s[r]),
+                        None => _mm512_maskz_loadu_ps(mask, data.add(at)),
+                    };
+                    let mut sum = _mm512_add_ps(from, *v);
+                    if let Some(residual) = residual {
+                        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, residual.add(at)));
+                    }
+                    _mm512_mask_storeu_ps(data.add(at), mask, finish.apply(sum));
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Asks for the lines of C's tile at `(i, j)` (`rows` rows of
