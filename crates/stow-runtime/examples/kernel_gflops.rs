@@ -18,7 +18,7 @@ use stow_runtime::kernels::cells::Src;
 use stow_runtime::kernels::gemm::{self, Dst, Strided};
 use stow_runtime::kernels::linalg::{conv, ConvShape};
 use stow_runtime::kernels::pool::Window;
-use stow_runtime::kernels::prepacked::{self, Panels, Side};
+use stow_runtime::kernels::prepacked::{self, Panels};
 
 /// Best seconds of `repeat` runs of `f`, after one warm-up.
 fn best(repeat: usize, mut f: impl FnMut()) -> f64 {
@@ -185,17 +185,8 @@ fn conv_gflops(case: &Case, repeat: usize, packed: bool) -> f64 {
     let bias: Vec<f32> = cells(case.c_out, 7).iter().map(Cell::get).collect();
     let y = cells(case.c_out * out * out, 8);
     // The kernel packed as the compiler stores it.
-    let panels = (packed && !s.depthwise()).then(|| {
-        Panels {
-            side: Side::Left,
-            matrices: s.groups,
-            rows: s.out_per_group,
-            depth: s.k(),
-            strides: [s.out_per_group * s.k(), s.k(), 1],
-            kc: 0,
-        }
-        .with_depth_block(gemm::KC)
-    });
+    let panels = (packed && !s.depthwise())
+        .then(|| Panels::of_conv(&s, gemm::KC).with_depth_block(gemm::KC));
     let w = match &panels {
         Some(p) => p.pack(&w).expect("a dense kernel"),
         None => w,

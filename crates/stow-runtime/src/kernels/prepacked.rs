@@ -92,6 +92,21 @@ pub struct Panels {
 }
 
 impl Panels {
+    /// The layout of convolution `s`'s kernel (O·I/g·KH·KW: each group's
+    /// output channels by its depth) as the left operand of the group's
+    /// product, with depth block `kc` as given.
+    pub fn of_conv(s: &super::linalg::ConvShape, kc: usize) -> Panels {
+        let (m, k) = (s.out_per_group, s.k());
+        Panels {
+            side: Side::Left,
+            matrices: s.groups,
+            rows: m,
+            depth: k,
+            strides: [m * k, k, 1],
+            kc,
+        }
+    }
+
     /// The layout with depth block `kc` (clamped to the depth).
     pub fn with_depth_block(self, kc: usize) -> Panels {
         Panels {

@@ -1257,15 +1257,7 @@ fn conv(op: &Op, ins: &[Operand<'_>], outs: &[Operand<'_>]) -> Result<(Kernel, u
     want(!s.depthwise(), || {
         "a depthwise convolution's kernel cannot be packed".into()
     })?;
-    let (m, k) = (s.out_per_group, s.k());
-    let p = Panels {
-        side: Side::Left,
-        matrices: s.groups,
-        rows: m,
-        depth: k,
-        strides: [m * k, k, 1],
-        kc,
-    };
+    let p = Panels::of_conv(&s, kc);
     let scratch = packed_scratch(op, &p, s.n())?;
     Ok((Kernel::Conv(s, Some(p), Default::default(), false), scratch))
 }

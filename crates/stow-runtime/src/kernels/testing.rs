@@ -20,7 +20,7 @@ use super::cells::Src;
 use super::gemm::{Finish, Isa};
 use super::linalg::{conv_as, ConvShape};
 use super::pool::Window;
-use super::prepacked::{self, Panels, Side};
+use super::prepacked::{self, Panels};
 use alloc::vec::Vec;
 use core::cell::Cell;
 
@@ -53,15 +53,7 @@ pub(crate) fn conv_shape(
 
 /// The kernel of `s` as compiled packed weights with depth block `kc`.
 pub(crate) fn left_panels(s: &ConvShape, kc: usize) -> Panels {
-    Panels {
-        side: Side::Left,
-        matrices: s.groups,
-        rows: s.out_per_group,
-        depth: s.k(),
-        strides: [s.out_per_group * s.k(), s.k(), 1],
-        kc: 0,
-    }
-    .with_depth_block(kc)
+    Panels::of_conv(s, kc).with_depth_block(kc)
 }
 
 /// The bits [`conv_as`] writes for `s` with the packed kernel `w`
